@@ -1,0 +1,2 @@
+//! Compute backends. Only the CPU backend exists so far; it is chosen for every translator.
+pub mod cpu;

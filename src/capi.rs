@@ -1,0 +1,528 @@
+//! The C ABI. Every entry point checks its pointers, catches panics, and reports failures
+//! through a status code plus a thread-local message (`tolk_last_error`).
+//! `include/tolk.h` is generated from this file by cbindgen (see build.rs).
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+
+use crate::error::{Error, ErrorKind};
+use crate::{BatchType, ComputeType, Model, TranslateOptions, Translator, TranslatorConfig};
+
+/// Version of the C ABI described by this header; bumped on incompatible changes.
+pub const TOLK_ABI_VERSION: u32 = 1;
+
+/// Result of every fallible call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TolkStatus {
+    TolkOk = 0,
+    /// A required pointer argument was NULL.
+    TolkErrorNullPointer = 1,
+    /// An argument or option has an invalid value.
+    TolkErrorInvalidArgument = 2,
+    /// A file could not be found, opened or read.
+    TolkErrorIo = 3,
+    /// A model file is malformed, truncated or inconsistent.
+    TolkErrorInvalidModel = 4,
+    /// The model or a requested feature is valid but not supported.
+    TolkErrorUnsupported = 5,
+    /// An index is out of range.
+    TolkErrorOutOfRange = 6,
+    /// An internal error (a bug): the library caught it and stays usable.
+    TolkErrorInternal = 7,
+}
+
+/// How `max_batch_size` is counted.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // Values arrive from C as integers.
+pub enum TolkBatchType {
+    /// Number of sentences.
+    TolkBatchExamples = 0,
+    /// Number of tokens (batch size x longest source, padding included).
+    TolkBatchTokens = 1,
+}
+
+/// A loaded model (opaque). Immutable; may be shared by translators on any thread.
+pub struct TolkModel {
+    model: Model,
+}
+
+/// A translator (opaque). May be used from several threads at once.
+pub struct TolkTranslator {
+    translator: Translator,
+}
+
+struct HypothesisC {
+    _strings: Vec<CString>,
+    pointers: Vec<*const c_char>,
+    score: f32,
+}
+
+/// The result of a batch translation (opaque, immutable).
+pub struct TolkResult {
+    examples: Vec<Vec<HypothesisC>>,
+}
+
+/// Settings of a translator. Always start from `tolk_translator_options_default()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TolkTranslatorOptions {
+    /// sizeof(TolkTranslatorOptions), set by the _default() function (ABI versioning).
+    pub struct_size: u32,
+    /// "cpu" (NULL = "cpu").
+    pub device: *const c_char,
+    /// "default", "auto" or "float32" (NULL = "default"); quantized types come later.
+    pub compute_type: *const c_char,
+    /// Threads used inside one translation (0 = 1).
+    pub intra_threads: u32,
+}
+
+/// Options of one translation call; defaults are CTranslate2's translate_batch defaults.
+/// Always start from `tolk_translate_options_default()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TolkTranslateOptions {
+    /// sizeof(TolkTranslateOptions), set by the _default() function (ABI versioning).
+    pub struct_size: u32,
+    /// Beam size; 1 = greedy search (default 2).
+    pub beam_size: u32,
+    /// Beam search stops after beam_size * patience finished hypotheses (default 1).
+    pub patience: f32,
+    /// Scores are divided by length^length_penalty (default 1).
+    pub length_penalty: f32,
+    /// Number of hypotheses returned per sentence (default 1).
+    pub num_hypotheses: u32,
+    /// Return the score (normalized log-probability) of each hypothesis (default false).
+    pub return_scores: bool,
+    /// Sources are truncated to this many tokens, special tokens included; 0 = no limit (default 1024).
+    pub max_input_length: u32,
+    /// Maximum number of generated tokens, target prefix included (default 256).
+    pub max_decoding_length: u32,
+    /// Minimum number of generated tokens before the end token is allowed (default 1).
+    pub min_decoding_length: u32,
+    /// Token that ends a hypothesis; NULL = the model's end-of-sentence token.
+    pub end_token: *const c_char,
+    /// Never generate the unknown token (default false).
+    pub disable_unk: bool,
+    /// Sentences are sorted by length and translated in batches of at most this size; 0 = one batch.
+    pub max_batch_size: u32,
+    /// Unit of max_batch_size: a TolkBatchType value (default TOLK_BATCH_EXAMPLES).
+    pub batch_type: u32,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: &str) {
+    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+fn status_of(kind: ErrorKind) -> TolkStatus {
+    match kind {
+        ErrorKind::Io => TolkStatus::TolkErrorIo,
+        ErrorKind::InvalidModel => TolkStatus::TolkErrorInvalidModel,
+        ErrorKind::Unsupported => TolkStatus::TolkErrorUnsupported,
+        ErrorKind::InvalidArgument => TolkStatus::TolkErrorInvalidArgument,
+        ErrorKind::OutOfRange => TolkStatus::TolkErrorOutOfRange,
+        ErrorKind::Internal => TolkStatus::TolkErrorInternal,
+    }
+}
+
+/// An error that maps to `TolkErrorNullPointer`.
+struct NullPointer(&'static str);
+
+enum Failure {
+    Null(NullPointer),
+    Tolk(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Tolk(e)
+    }
+}
+
+impl From<NullPointer> for Failure {
+    fn from(e: NullPointer) -> Self {
+        Failure::Null(e)
+    }
+}
+
+/// Runs `body`, converting errors and panics into a status and a last-error message.
+fn guard(function: &str, body: impl FnOnce() -> Result<(), Failure>) -> TolkStatus {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => TolkStatus::TolkOk,
+        Ok(Err(Failure::Null(NullPointer(arg)))) => {
+            set_last_error(&format!("{function}: argument `{arg}` is NULL"));
+            TolkStatus::TolkErrorNullPointer
+        }
+        Ok(Err(Failure::Tolk(e))) => {
+            set_last_error(&format!("{function}: {}", e.message));
+            status_of(e.kind)
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            set_last_error(&format!("{function}: internal error: {what}"));
+            TolkStatus::TolkErrorInternal
+        }
+    }
+}
+
+fn non_null<T>(p: *const T, name: &'static str) -> Result<*const T, NullPointer> {
+    if p.is_null() {
+        Err(NullPointer(name))
+    } else {
+        Ok(p)
+    }
+}
+
+/// Reads a NUL-terminated UTF-8 string; NULL gives `None`.
+unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, Error> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    CStr::from_ptr(p)
+        .to_str()
+        .map(Some)
+        .map_err(|_| Error::invalid_argument(format!("{what} is not valid UTF-8")))
+}
+
+/// Copies a caller's options struct over the defaults, honouring its `struct_size` so that
+/// programs built against an older (smaller) header keep working.
+unsafe fn read_versioned<T: Copy>(p: *const T, defaults: T, struct_size: u32) -> Result<T, Error> {
+    let size = struct_size as usize;
+    let full = std::mem::size_of::<T>();
+    if size < std::mem::size_of::<u32>() || size > full {
+        return Err(Error::invalid_argument(format!(
+            "options struct_size is {size}, expected {full}: initialize options with the *_default() function"
+        )));
+    }
+    let mut out = defaults;
+    ptr::copy_nonoverlapping(p as *const u8, &mut out as *mut T as *mut u8, size);
+    Ok(out)
+}
+
+/// The library version, e.g. "0.1.0" (static string).
+#[no_mangle]
+pub extern "C" fn tolk_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
+}
+
+/// The ABI version of the library; compare with TOLK_ABI_VERSION.
+#[no_mangle]
+pub extern "C" fn tolk_abi_version() -> u32 {
+    TOLK_ABI_VERSION
+}
+
+/// Message of the most recent failed call on this thread ("" if none). The pointer stays
+/// valid until the next failing tolk_ call on the same thread.
+#[no_mangle]
+pub extern "C" fn tolk_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// A static description of a status code.
+#[no_mangle]
+pub extern "C" fn tolk_status_string(status: TolkStatus) -> *const c_char {
+    let s: &'static str = match status {
+        TolkStatus::TolkOk => "ok\0",
+        TolkStatus::TolkErrorNullPointer => "null pointer\0",
+        TolkStatus::TolkErrorInvalidArgument => "invalid argument\0",
+        TolkStatus::TolkErrorIo => "I/O error\0",
+        TolkStatus::TolkErrorInvalidModel => "invalid model\0",
+        TolkStatus::TolkErrorUnsupported => "unsupported\0",
+        TolkStatus::TolkErrorOutOfRange => "out of range\0",
+        TolkStatus::TolkErrorInternal => "internal error\0",
+    };
+    s.as_ptr() as *const c_char
+}
+
+/// Loads a CTranslate2 model directory. On success `*out_model` receives a model to
+/// release with tolk_model_free.
+///
+/// # Safety
+/// `path` must be NULL or a NUL-terminated string; `out_model` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_model_load(path: *const c_char, out_model: *mut *mut TolkModel) -> TolkStatus {
+    guard("tolk_model_load", || {
+        let out = non_null(out_model as *const *mut TolkModel, "out_model")? as *mut *mut TolkModel;
+        *out = ptr::null_mut();
+        non_null(path, "path")?;
+        let path = opt_str(path, "path")?.unwrap_or_default();
+        let model = Model::load(path)?;
+        *out = Box::into_raw(Box::new(TolkModel { model }));
+        Ok(())
+    })
+}
+
+/// Releases a model. Translators created from it stay valid (they share the model).
+///
+/// # Safety
+/// `model` must be NULL or a pointer from tolk_model_load not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_model_free(model: *mut TolkModel) {
+    if !model.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(model))));
+    }
+}
+
+/// Default translator settings (device "cpu", compute type "default", 1 thread).
+#[no_mangle]
+pub extern "C" fn tolk_translator_options_default() -> TolkTranslatorOptions {
+    TolkTranslatorOptions {
+        struct_size: std::mem::size_of::<TolkTranslatorOptions>() as u32,
+        device: ptr::null(),
+        compute_type: ptr::null(),
+        intra_threads: 0,
+    }
+}
+
+/// Creates a translator for `model`. `options` may be NULL for the defaults.
+///
+/// # Safety
+/// `model` must be a live model; `options` NULL or initialized by the _default() function;
+/// `out_translator` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_translator_new(
+    model: *const TolkModel,
+    options: *const TolkTranslatorOptions,
+    out_translator: *mut *mut TolkTranslator,
+) -> TolkStatus {
+    guard("tolk_translator_new", || {
+        let out = non_null(out_translator as *const *mut TolkTranslator, "out_translator")? as *mut *mut TolkTranslator;
+        *out = ptr::null_mut();
+        let model = &*non_null(model, "model")?;
+        let defaults = tolk_translator_options_default();
+        let opts = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
+        let device = opt_str(opts.device, "device")?.unwrap_or("cpu");
+        let compute_type = ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?;
+        if opts.intra_threads > 1024 {
+            return Err(Error::invalid_argument(format!("intra_threads {} is too large", opts.intra_threads)).into());
+        }
+        let config = TranslatorConfig { device: device.to_string(), compute_type, intra_threads: opts.intra_threads as usize };
+        let translator = Translator::with_config(&model.model, &config)?;
+        *out = Box::into_raw(Box::new(TolkTranslator { translator }));
+        Ok(())
+    })
+}
+
+/// Releases a translator.
+///
+/// # Safety
+/// `translator` must be NULL or a pointer from tolk_translator_new not yet freed, and no
+/// call may be using it.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_translator_free(translator: *mut TolkTranslator) {
+    if !translator.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(translator))));
+    }
+}
+
+/// Default translation options (CTranslate2's translate_batch defaults).
+#[no_mangle]
+pub extern "C" fn tolk_translate_options_default() -> TolkTranslateOptions {
+    let d = TranslateOptions::default();
+    TolkTranslateOptions {
+        struct_size: std::mem::size_of::<TolkTranslateOptions>() as u32,
+        beam_size: d.beam_size as u32,
+        patience: d.patience,
+        length_penalty: d.length_penalty,
+        num_hypotheses: d.num_hypotheses as u32,
+        return_scores: d.return_scores,
+        max_input_length: d.max_input_length as u32,
+        max_decoding_length: d.max_decoding_length as u32,
+        min_decoding_length: d.min_decoding_length as u32,
+        end_token: ptr::null(),
+        disable_unk: d.disable_unk,
+        max_batch_size: d.max_batch_size as u32,
+        batch_type: TolkBatchType::TolkBatchExamples as u32,
+    }
+}
+
+/// Reads `count` token arrays from C.
+unsafe fn read_token_batch(
+    tokens: *const *const *const c_char,
+    lengths: *const usize,
+    count: usize,
+    what: &'static str,
+    lengths_name: &'static str,
+) -> Result<Vec<Vec<String>>, Failure> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    non_null(tokens, what)?;
+    non_null(lengths, lengths_name)?;
+    let mut batch = Vec::with_capacity(count.min(1 << 16));
+    for i in 0..count {
+        let n = *lengths.add(i);
+        let sentence = *tokens.add(i);
+        if n > 0 && sentence.is_null() {
+            return Err(Error::invalid_argument(format!("{what}[{i}] is NULL but its length is {n}")).into());
+        }
+        let mut out = Vec::with_capacity(n.min(1 << 16));
+        for j in 0..n {
+            let t = *sentence.add(j);
+            if t.is_null() {
+                return Err(Error::invalid_argument(format!("{what}[{i}][{j}] is NULL")).into());
+            }
+            let s = CStr::from_ptr(t)
+                .to_str()
+                .map_err(|_| Error::invalid_argument(format!("{what}[{i}][{j}] is not valid UTF-8")))?;
+            out.push(s.to_string());
+        }
+        batch.push(out);
+    }
+    Ok(batch)
+}
+
+/// Translates a batch of tokenized sentences.
+///
+/// `source[i]` points to `source_lengths[i]` NUL-terminated UTF-8 tokens (it may be NULL
+/// when the length is 0). `target_prefix` may be NULL; otherwise `target_prefix[i]` holds
+/// `target_prefix_lengths[i]` tokens every hypothesis of sentence i starts with.
+/// `options` may be NULL for the defaults. On success `*out_result` receives a result to
+/// release with tolk_result_free; results are in input order.
+///
+/// # Safety
+/// The arrays must hold at least `batch_size` entries with the stated lengths.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_translate_batch(
+    translator: *const TolkTranslator,
+    source: *const *const *const c_char,
+    source_lengths: *const usize,
+    batch_size: usize,
+    target_prefix: *const *const *const c_char,
+    target_prefix_lengths: *const usize,
+    options: *const TolkTranslateOptions,
+    out_result: *mut *mut TolkResult,
+) -> TolkStatus {
+    guard("tolk_translate_batch", || {
+        let out = non_null(out_result as *const *mut TolkResult, "out_result")? as *mut *mut TolkResult;
+        *out = ptr::null_mut();
+        let translator = &*non_null(translator, "translator")?;
+        let defaults = tolk_translate_options_default();
+        let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
+        let batch_type = match o.batch_type {
+            0 => BatchType::Examples,
+            1 => BatchType::Tokens,
+            other => return Err(Error::invalid_argument(format!("unknown batch_type {other}")).into()),
+        };
+        let opts = TranslateOptions {
+            beam_size: o.beam_size as usize,
+            patience: o.patience,
+            length_penalty: o.length_penalty,
+            num_hypotheses: o.num_hypotheses as usize,
+            return_scores: o.return_scores,
+            max_input_length: o.max_input_length as usize,
+            max_decoding_length: o.max_decoding_length as usize,
+            min_decoding_length: o.min_decoding_length as usize,
+            end_token: opt_str(o.end_token, "end_token")?.map(str::to_string),
+            disable_unk: o.disable_unk,
+            max_batch_size: o.max_batch_size as usize,
+            batch_type,
+        };
+        let source = read_token_batch(source, source_lengths, batch_size, "source", "source_lengths")?;
+        let prefix = if target_prefix.is_null() {
+            None
+        } else {
+            Some(read_token_batch(target_prefix, target_prefix_lengths, batch_size, "target_prefix", "target_prefix_lengths")?)
+        };
+        let results = translator.translator.translate_batch(&source, prefix.as_deref(), &opts)?;
+        let examples = results
+            .into_iter()
+            .map(|r| {
+                r.hypotheses
+                    .into_iter()
+                    .enumerate()
+                    .map(|(h, tokens)| {
+                        let strings: Vec<CString> =
+                            tokens.into_iter().map(|t| CString::new(t.replace('\0', "")).unwrap_or_default()).collect();
+                        let pointers = strings.iter().map(|s| s.as_ptr()).collect();
+                        HypothesisC { _strings: strings, pointers, score: r.scores.get(h).copied().unwrap_or(f32::NAN) }
+                    })
+                    .collect()
+            })
+            .collect();
+        *out = Box::into_raw(Box::new(TolkResult { examples }));
+        Ok(())
+    })
+}
+
+/// Number of sentences in a result (0 for NULL).
+///
+/// # Safety
+/// `result` must be NULL or a live result.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_result_batch_size(result: *const TolkResult) -> usize {
+    if result.is_null() {
+        return 0;
+    }
+    let result = &*result;
+    result.examples.len()
+}
+
+/// Number of hypotheses of sentence `example` (0 if NULL or out of range).
+///
+/// # Safety
+/// `result` must be NULL or a live result.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_result_num_hypotheses(result: *const TolkResult, example: usize) -> usize {
+    if result.is_null() {
+        return 0;
+    }
+    let result = &*result;
+    result.examples.get(example).map_or(0, Vec::len)
+}
+
+/// Hypothesis `rank` (0 = best) of sentence `example`: `*out_tokens` receives an array of
+/// `*out_length` tokens owned by the result (valid until tolk_result_free); `*out_score`
+/// (if not NULL) its score, or NaN when scores were not requested.
+///
+/// # Safety
+/// `result` must be a live result; the out pointers NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_result_hypothesis(
+    result: *const TolkResult,
+    example: usize,
+    rank: usize,
+    out_tokens: *mut *const *const c_char,
+    out_length: *mut usize,
+    out_score: *mut f32,
+) -> TolkStatus {
+    guard("tolk_result_hypothesis", || {
+        let result = &*non_null(result, "result")?;
+        non_null(out_tokens as *const *const *const c_char, "out_tokens")?;
+        non_null(out_length as *const usize, "out_length")?;
+        let hyps = result.examples.get(example).ok_or_else(|| {
+            Error::out_of_range(format!("example {example} is out of range (batch size {})", result.examples.len()))
+        })?;
+        let hyp = hyps.get(rank).ok_or_else(|| {
+            Error::out_of_range(format!("hypothesis {rank} is out of range ({} hypotheses)", hyps.len()))
+        })?;
+        *out_tokens = hyp.pointers.as_ptr();
+        *out_length = hyp.pointers.len();
+        if !out_score.is_null() {
+            *out_score = hyp.score;
+        }
+        Ok(())
+    })
+}
+
+/// Releases a result and every string it handed out.
+///
+/// # Safety
+/// `result` must be NULL or a pointer from tolk_translate_batch not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_result_free(result: *mut TolkResult) {
+    if !result.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(result))));
+    }
+}

@@ -1,0 +1,72 @@
+//! Greedy search: the arg-max token at each step. Log-probabilities are only computed when
+//! scores are requested (the arg-max of the logits is the same).
+use super::{disable, finalize, Hypotheses, SearchParams, StartTokens, StepDecoder};
+use crate::backend::cpu::{ops, Ctx};
+
+pub fn greedy_search<D: StepDecoder>(
+    ctx: &Ctx,
+    decoder: &D,
+    state: &mut D::State,
+    starts: &[StartTokens],
+    params: &SearchParams,
+) -> Vec<Hypotheses> {
+    let batch = starts.len();
+    let vocab = decoder.vocabulary_size();
+    let mut results: Vec<Option<Hypotheses>> = vec![None; batch];
+    let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); batch];
+    let mut scores = vec![0.0f32; batch];
+    // Live rows: which example each row decodes, and its last token.
+    let mut alive: Vec<usize> = (0..batch).collect();
+    let mut inputs: Vec<u32> = starts.iter().map(|s| s.start).collect();
+    let mut logits = Vec::new();
+
+    for step in 0..params.max_length {
+        decoder.step(ctx, &inputs, state, &mut logits);
+        let mut keep = Vec::with_capacity(alive.len());
+        for (r, &ex) in alive.iter().enumerate() {
+            let row = &mut logits[r * vocab..(r + 1) * vocab];
+            disable(row, &params.disabled_ids);
+            if step < params.min_length {
+                disable(row, &params.end_ids);
+            }
+            if params.return_scores {
+                ops::log_softmax(row);
+            }
+            let (mut word, mut score) = ops::argmax(row);
+            let prefix = &starts[ex].prefix;
+            if step < prefix.len() {
+                // Forced prefix tokens do not count in the score (as in CTranslate2).
+                word = prefix[step] as usize;
+                score = 0.0;
+            }
+            let word = word as u32;
+            tokens[ex].push(word);
+            scores[ex] += score;
+            let is_end = params.end_ids.contains(&word) && step >= prefix.len();
+            if is_end || step + 1 == params.max_length {
+                let ids = std::mem::take(&mut tokens[ex]);
+                let hyps = vec![(ids, scores[ex]); 1];
+                let mut h = finalize(hyps, 1, params.length_penalty, params.return_scores);
+                // With patience > 1 CTranslate2 accepts num_hypotheses > 1 for greedy search
+                // and returns copies of the single greedy hypothesis.
+                h.ids = vec![h.ids[0].clone(); params.num_hypotheses];
+                if params.return_scores {
+                    h.scores = vec![h.scores[0]; params.num_hypotheses];
+                }
+                results[ex] = Some(h);
+            } else {
+                keep.push(r);
+                inputs[r] = word;
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        if keep.len() != alive.len() {
+            decoder.select_rows(state, &keep);
+            alive = keep.iter().map(|&r| alive[r]).collect();
+            inputs = keep.iter().map(|&r| inputs[r]).collect();
+        }
+    }
+    results.into_iter().map(Option::unwrap_or_default).collect()
+}

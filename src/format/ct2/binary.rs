@@ -1,0 +1,325 @@
+//! Reader for CTranslate2's `model.bin` (binary versions 5 and 6).
+//!
+//! Layout (little-endian, no padding): `u32 version; str spec_name; u32 spec_revision;
+//! u32 n; n x {str name; u8 rank; u32 dims[rank]; u8 dtype; u32 num_bytes; bytes};
+//! u32 num_aliases; {str alias; str target}`, where `str` is a u16 length (including the
+//! trailing NUL) followed by the bytes. The file is memory-mapped; variables are recorded
+//! as byte ranges and converted on demand, so nothing is copied that need not be.
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use memmap2::Mmap;
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// The binary versions whose layout this reader implements.
+pub const SUPPORTED_BINARY_VERSIONS: [u32; 2] = [5, 6];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    I8,
+    I16,
+    I32,
+    F16,
+    BF16,
+}
+
+impl DType {
+    fn from_id(id: u8) -> Option<DType> {
+        Some(match id {
+            0 => DType::F32,
+            1 => DType::I8,
+            2 => DType::I16,
+            3 => DType::I32,
+            4 => DType::F16,
+            5 => DType::BF16,
+            _ => return None,
+        })
+    }
+    pub fn size(self) -> usize {
+        match self {
+            DType::I8 => 1,
+            DType::I16 | DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 => 4,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+        }
+    }
+}
+
+/// One stored variable: where its bytes are in the mapped file.
+#[derive(Debug, Clone)]
+pub struct RawVariable {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    offset: usize,
+    num_bytes: usize,
+}
+
+impl RawVariable {
+    pub fn num_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+pub struct ModelBin {
+    pub binary_version: u32,
+    pub spec_name: String,
+    pub spec_revision: u32,
+    map: Arc<Mmap>,
+    variables: BTreeMap<String, RawVariable>,
+    aliases: BTreeMap<String, String>,
+}
+
+struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len()).ok_or_else(|| {
+            Error::invalid_model(format!(
+                "model.bin is truncated: {what} needs {n} bytes at offset {} but the file has {} bytes",
+                self.pos,
+                self.data.len()
+            ))
+        })?;
+        let s = &self.data[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u16(&mut self, what: &str) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().unwrap()))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap()))
+    }
+    fn string(&mut self, what: &str) -> Result<String> {
+        let len = self.u16(what)? as usize;
+        let bytes = self.take(len, what)?;
+        // The stored length includes a trailing NUL.
+        let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| Error::invalid_model(format!("model.bin: {what} is not valid UTF-8")))
+    }
+}
+
+impl ModelBin {
+    pub fn open(path: &Path) -> Result<ModelBin> {
+        let file = File::open(path)
+            .map_err(|e| Error::io(format!("cannot open {}: {e}", path.display())))?;
+        // SAFETY: the mapping is read-only; model files are not expected to change while
+        // loaded (the same contract as CTranslate2 and every mmap-based loader).
+        let map = unsafe { Mmap::map(&file) }
+            .map_err(|e| Error::io(format!("cannot map {}: {e}", path.display())))?;
+        Self::parse(Arc::new(map))
+    }
+
+    pub fn parse(map: Arc<Mmap>) -> Result<ModelBin> {
+        let mut c = Cursor { data: &map[..], pos: 0 };
+        let binary_version = c.u32("the binary version")?;
+        if !SUPPORTED_BINARY_VERSIONS.contains(&binary_version) {
+            return Err(if binary_version < 5 {
+                Error::unsupported(format!(
+                    "model.bin has binary version {binary_version}, which is too old: Tolk reads \
+                     versions 5 and 6; convert the model again with a recent ctranslate2"
+                ))
+            } else if binary_version < 100 {
+                Error::unsupported(format!(
+                    "model.bin has binary version {binary_version}, newer than the versions 5 and 6 Tolk reads"
+                ))
+            } else {
+                Error::invalid_model(format!(
+                    "model.bin does not look like a CTranslate2 model (binary version {binary_version})"
+                ))
+            });
+        }
+        let spec_name = c.string("the spec name")?;
+        let spec_revision = c.u32("the spec revision")?;
+        let num_variables = c.u32("the number of variables")? as usize;
+        let mut variables = BTreeMap::new();
+        for index in 0..num_variables {
+            let name = c.string("a variable name")?;
+            let rank = c.u8("a variable rank")? as usize;
+            let mut shape = Vec::with_capacity(rank);
+            for _ in 0..rank {
+                shape.push(c.u32("a variable dimension")? as usize);
+            }
+            let dtype_id = c.u8("a variable dtype")?;
+            let dtype = DType::from_id(dtype_id).ok_or_else(|| {
+                Error::invalid_model(format!("model.bin: variable {name:?} has unknown dtype id {dtype_id}"))
+            })?;
+            let num_bytes = c.u32("a variable size")? as usize;
+            let expected = shape
+                .iter()
+                .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
+                .ok_or_else(|| Error::invalid_model(format!("model.bin: variable {name:?} has absurd dimensions {shape:?}")))?;
+            if expected != num_bytes {
+                return Err(Error::invalid_model(format!(
+                    "model.bin: variable {name:?} with shape {shape:?} and dtype {} should take {expected} bytes, \
+                     but the file says {num_bytes}",
+                    dtype.name()
+                )));
+            }
+            let offset = c.pos;
+            c.take(num_bytes, &format!("variable {name:?} (#{index})"))?;
+            if variables.contains_key(&name) {
+                return Err(Error::invalid_model(format!("model.bin: variable {name:?} is stored twice")));
+            }
+            variables.insert(name.clone(), RawVariable { name, shape, dtype, offset, num_bytes });
+        }
+        let num_aliases = c.u32("the number of aliases")? as usize;
+        let mut aliases = BTreeMap::new();
+        for _ in 0..num_aliases {
+            let alias = c.string("an alias name")?;
+            let target = c.string("an alias target")?;
+            aliases.insert(alias, target);
+        }
+        if c.pos != c.data.len() {
+            return Err(Error::invalid_model(format!(
+                "model.bin has {} unexpected trailing bytes",
+                c.data.len() - c.pos
+            )));
+        }
+        let bin = ModelBin { binary_version, spec_name, spec_revision, map, variables, aliases };
+        for (alias, target) in &bin.aliases {
+            if bin.resolve(alias).is_none() {
+                return Err(Error::invalid_model(format!(
+                    "model.bin: alias {alias:?} points to missing variable {target:?}"
+                )));
+            }
+        }
+        Ok(bin)
+    }
+
+    /// Names of the stored variables (aliases excluded).
+    pub fn variable_names(&self) -> impl Iterator<Item = &str> {
+        self.variables.keys().map(String::as_str)
+    }
+
+    pub fn alias_names(&self) -> impl Iterator<Item = &str> {
+        self.aliases.keys().map(String::as_str)
+    }
+
+    /// Looks a name up, following aliases (an alias `a` also maps `a_scale` to `target_scale`).
+    pub fn resolve(&self, name: &str) -> Option<&RawVariable> {
+        let mut name = name.to_string();
+        for _ in 0..8 {
+            if let Some(v) = self.variables.get(&name) {
+                return Some(v);
+            }
+            if let Some(target) = self.aliases.get(&name) {
+                name = target.clone();
+                continue;
+            }
+            let base = name.strip_suffix("_scale")?;
+            name = format!("{}_scale", self.aliases.get(base)?);
+        }
+        None
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.resolve(name).is_some()
+    }
+
+    fn bytes(&self, v: &RawVariable) -> &[u8] {
+        &self.map[v.offset..v.offset + v.num_bytes]
+    }
+
+    /// Reads a scalar attribute as a float (any numeric dtype).
+    pub fn scalar(&self, name: &str) -> Result<Option<f64>> {
+        let Some(v) = self.resolve(name) else { return Ok(None) };
+        if v.num_elements() != 1 {
+            return Err(Error::invalid_model(format!("model.bin: attribute {name:?} should be a scalar, got shape {:?}", v.shape)));
+        }
+        let b = self.bytes(v);
+        Ok(Some(match v.dtype {
+            DType::I8 => b[0] as i8 as f64,
+            DType::I16 => i16::from_le_bytes([b[0], b[1]]) as f64,
+            DType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
+            DType::F32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+            DType::F16 => f16::from_le_bytes([b[0], b[1]]).to_f64(),
+            DType::BF16 => bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+        }))
+    }
+
+    /// Reads a variable as float32. Quantized weights are dequantized with their
+    /// `<name>_scale` (per row for int8, per tensor for int16), as CTranslate2 stores them.
+    pub fn tensor(&self, name: &str) -> Result<Tensor> {
+        let v = self
+            .resolve(name)
+            .ok_or_else(|| Error::invalid_model(format!("model.bin: missing variable {name:?}")))?;
+        let n = v.num_elements();
+        let b = self.bytes(v);
+        let shape = v.shape.clone();
+        let data: Vec<f32> = match v.dtype {
+            DType::F32 => {
+                if let Some(t) = Tensor::from_mapped(&self.map, v.offset, n, shape.clone()) {
+                    return Ok(t);
+                }
+                b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+            }
+            DType::F16 => b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            DType::BF16 => b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            DType::I8 | DType::I16 => {
+                let scale_name = format!("{name}_scale");
+                let scale = self.tensor(&scale_name).map_err(|_| {
+                    Error::invalid_model(format!(
+                        "model.bin: quantized {} variable {name:?} has no {scale_name:?}",
+                        v.dtype.name()
+                    ))
+                })?;
+                let values: Vec<f32> = if v.dtype == DType::I8 {
+                    b.iter().map(|&x| x as i8 as f32).collect()
+                } else {
+                    b.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f32).collect()
+                };
+                dequantize(values, &shape, &scale, name)?
+            }
+            DType::I32 => {
+                return Err(Error::invalid_model(format!("model.bin: variable {name:?} is int32, expected a float weight")))
+            }
+        };
+        Ok(Tensor::from_vec(data, shape))
+    }
+}
+
+/// `W = Wq * (1 / scale)`, with one scale per row (int8) or one for the whole tensor
+/// (int16); multiplying by the reciprocal rounds exactly as CTranslate2's dequantize does.
+fn dequantize(mut values: Vec<f32>, shape: &[usize], scale: &Tensor, name: &str) -> Result<Vec<f32>> {
+    let rows = shape.first().copied().unwrap_or(1).max(1);
+    let cols = values.len() / rows;
+    if scale.len() == 1 {
+        let r = 1.0 / scale[0];
+        values.iter_mut().for_each(|x| *x *= r);
+    } else if scale.len() == rows {
+        for (row, &s) in values.chunks_mut(cols.max(1)).zip(scale.iter()) {
+            let r = 1.0 / s;
+            row.iter_mut().for_each(|x| *x *= r);
+        }
+    } else {
+        return Err(Error::invalid_model(format!(
+            "model.bin: {name:?} has {rows} rows but its scale has {} values",
+            scale.len()
+        )));
+    }
+    Ok(values)
+}

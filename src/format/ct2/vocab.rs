@@ -1,0 +1,109 @@
+//! Vocabulary files of CTranslate2 model directories: JSON arrays of tokens or text files
+//! with one token per line.
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::format::json::{self, Json};
+
+#[derive(Debug, Clone)]
+pub struct Vocabulary {
+    tokens: Vec<String>,
+    ids: HashMap<String, u32>,
+    unk_id: u32,
+}
+
+impl Vocabulary {
+    /// Builds a vocabulary; `unk_token` must be in it (unknown input tokens map to it).
+    pub fn new(tokens: Vec<String>, unk_token: &str) -> Result<Vocabulary> {
+        if tokens.is_empty() {
+            return Err(Error::invalid_model("vocabulary is empty"));
+        }
+        if tokens.len() > u32::MAX as usize / 2 {
+            return Err(Error::invalid_model("vocabulary is too large"));
+        }
+        let mut ids = HashMap::with_capacity(tokens.len());
+        for (i, t) in tokens.iter().enumerate() {
+            // Like CTranslate2, the first occurrence of a duplicated token wins.
+            ids.entry(t.clone()).or_insert(i as u32);
+        }
+        let unk_id = *ids
+            .get(unk_token)
+            .ok_or_else(|| Error::invalid_model(format!("the unknown token {unk_token:?} is not in the vocabulary")))?;
+        Ok(Vocabulary { tokens, ids, unk_id })
+    }
+
+    /// Reads `<stem>.json` or `<stem>.txt` from `dir`; `Ok(None)` when neither exists.
+    pub fn load(dir: &Path, stem: &str, unk_token: &str) -> Result<Option<Vocabulary>> {
+        let json_path = dir.join(format!("{stem}.json"));
+        let txt_path = dir.join(format!("{stem}.txt"));
+        let tokens = if json_path.is_file() {
+            let text = read_text(&json_path)?;
+            let doc = json::parse(&text).map_err(|e| Error::invalid_model(format!("{}: {e}", json_path.display())))?;
+            let Json::Array(items) = doc else {
+                return Err(Error::invalid_model(format!("{}: expected a JSON array of tokens", json_path.display())));
+            };
+            items
+                .into_iter()
+                .map(|item| match item {
+                    Json::String(s) => Ok(s),
+                    _ => Err(Error::invalid_model(format!("{}: every token must be a string", json_path.display()))),
+                })
+                .collect::<Result<Vec<_>>>()?
+        } else if txt_path.is_file() {
+            let text = read_text(&txt_path)?;
+            text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect()
+        } else {
+            return Ok(None);
+        };
+        let path = if json_path.is_file() { json_path } else { txt_path };
+        Vocabulary::new(tokens, unk_token)
+            .map(Some)
+            .map_err(|e| Error::invalid_model(format!("{}: {}", path.display(), e.message)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    pub fn unk_id(&self) -> u32 {
+        self.unk_id
+    }
+
+    pub fn id(&self, token: &str) -> Option<u32> {
+        self.ids.get(token).copied()
+    }
+
+    /// The id of `token`, or the unknown token's id.
+    pub fn id_or_unk(&self, token: &str) -> u32 {
+        self.id(token).unwrap_or(self.unk_id)
+    }
+
+    pub fn token(&self, id: u32) -> &str {
+        self.tokens.get(id as usize).map(String::as_str).unwrap_or_else(|| &self.tokens[self.unk_id as usize])
+    }
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read {}: {e}", path.display())))?;
+    String::from_utf8(bytes).map_err(|_| Error::invalid_model(format!("{} is not valid UTF-8", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_unknown_tokens_and_keeps_first_duplicate() {
+        let v = Vocabulary::new(vec!["<unk>".into(), "a".into(), "b".into(), "a".into()], "<unk>").unwrap();
+        assert_eq!(v.id_or_unk("a"), 1);
+        assert_eq!(v.id_or_unk("zzz"), 0);
+        assert_eq!(v.token(2), "b");
+        assert_eq!(v.token(99), "<unk>");
+        assert!(Vocabulary::new(vec!["a".into()], "<unk>").is_err());
+    }
+}

@@ -1,0 +1,284 @@
+//! Building blocks shared by the encoder and decoder: linear layers, normalization,
+//! embeddings and position encodings, plus the weight reader that builds them by name.
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::backend::cpu::{gemm, ops, Ctx};
+use crate::error::{Error, Result};
+use crate::format::ct2::ModelBin;
+use crate::tensor::Tensor;
+
+/// Reads weights by their CTranslate2 name and remembers which names were used, so that
+/// any variable the model builder did not understand is reported instead of ignored.
+pub struct WeightReader<'a> {
+    bin: &'a ModelBin,
+    used: RefCell<BTreeSet<String>>,
+    /// Converted tensors by stored name: aliases (tied embeddings) share one copy.
+    converted: RefCell<HashMap<String, Weight>>,
+}
+
+/// A weight shared by the layers that use it (tied embeddings and projections).
+pub type Weight = Arc<Tensor>;
+
+impl<'a> WeightReader<'a> {
+    pub fn new(bin: &'a ModelBin) -> Self {
+        WeightReader { bin, used: RefCell::new(BTreeSet::new()), converted: RefCell::new(HashMap::new()) }
+    }
+
+    fn mark(&self, name: &str) {
+        let mut used = self.used.borrow_mut();
+        used.insert(name.to_string());
+        used.insert(format!("{name}_scale"));
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.bin.contains(name)
+    }
+
+    /// The stored shape of a variable, without converting its data.
+    pub fn dims(&self, name: &str) -> Result<Vec<usize>> {
+        self.bin
+            .resolve(name)
+            .map(|v| v.shape.clone())
+            .ok_or_else(|| Error::invalid_model(format!("model.bin: missing variable {name:?}")))
+    }
+
+    pub fn tensor(&self, name: &str) -> Result<Weight> {
+        self.mark(name);
+        let stored = match self.bin.resolve(name) {
+            Some(v) => v.name.clone(),
+            None => return Err(Error::invalid_model(format!("model.bin: missing variable {name:?}"))),
+        };
+        if let Some(t) = self.converted.borrow().get(&stored) {
+            return Ok(Arc::clone(t));
+        }
+        let t = Arc::new(self.bin.tensor(&stored)?);
+        self.converted.borrow_mut().insert(stored, Arc::clone(&t));
+        Ok(t)
+    }
+
+    pub fn opt_tensor(&self, name: &str) -> Result<Option<Weight>> {
+        if self.bin.contains(name) {
+            self.tensor(name).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    pub fn scalar(&self, name: &str) -> Result<Option<f64>> {
+        self.mark(name);
+        self.bin.scalar(name)
+    }
+
+    pub fn flag(&self, name: &str, default: bool) -> Result<bool> {
+        Ok(self.scalar(name)?.map(|v| v != 0.0).unwrap_or(default))
+    }
+
+    /// Fails when a stored variable (not an alias) was never read: it belongs to a model
+    /// feature Tolk does not implement, and ignoring it would translate wrongly. Scalar
+    /// attributes that are zero/false are disabled feature flags and are accepted.
+    pub fn ensure_all_used(&self) -> Result<()> {
+        let used = self.used.borrow();
+        let mut unknown = Vec::new();
+        for name in self.bin.variable_names() {
+            if used.contains(name) {
+                continue;
+            }
+            let is_disabled_flag = self
+                .bin
+                .resolve(name)
+                .filter(|v| v.num_elements() == 1 && v.shape.len() <= 1)
+                .and_then(|_| self.bin.scalar(name).ok().flatten())
+                .is_some_and(|v| v == 0.0);
+            if !is_disabled_flag {
+                unknown.push(name);
+            }
+        }
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let features: Vec<String> = unknown.iter().map(|n| describe_feature(n)).collect::<BTreeSet<_>>().into_iter().collect();
+        Err(Error::unsupported(format!(
+            "the model uses features Tolk does not support: {} (variables {}{})",
+            features.join("; "),
+            unknown.iter().take(4).copied().collect::<Vec<_>>().join(", "),
+            if unknown.len() > 4 { format!(" and {} more", unknown.len() - 4) } else { String::new() }
+        )))
+    }
+}
+
+/// Names the model feature an unrecognized CTranslate2 variable belongs to.
+fn describe_feature(name: &str) -> String {
+    const HINTS: &[(&str, &str)] = &[
+        ("relative_position", "relative position representations"),
+        ("relative_attention_bias", "T5 relative attention bias"),
+        ("rotary", "rotary position embeddings"),
+        ("alibi", "ALiBi attention biases"),
+        ("num_heads_kv", "multi-query / grouped-query attention"),
+        ("multi_query", "multi-query attention"),
+        ("linear_0_noact", "gated linear units in the FFN"),
+        ("sliding_window", "sliding-window attention"),
+        ("parallel_residual", "parallel residual blocks"),
+        ("project_in", "decoder input/output projections"),
+        ("project_out", "decoder input/output projections"),
+        ("scale_outputs", "scaled decoder outputs"),
+        ("q_norm", "query/key normalization"),
+        ("k_norm", "query/key normalization"),
+        ("embeddings_1", "source factors"),
+        ("lora", "LoRA adapters"),
+        ("_zero", "zero-point (AWQ) quantization"),
+    ];
+    for (needle, feature) in HINTS {
+        if name.contains(needle) {
+            return (*feature).to_string();
+        }
+    }
+    format!("unknown variable {name}")
+}
+
+fn check_shape(name: &str, t: &Tensor, expected: &[usize]) -> Result<()> {
+    if t.shape() != expected {
+        return Err(Error::invalid_model(format!(
+            "model.bin: {name} has shape {:?}, expected {expected:?}",
+            t.shape()
+        )));
+    }
+    Ok(())
+}
+
+/// `y = x · Wᵀ + b` with `W` stored [out, in].
+pub struct Linear {
+    weight: Weight,
+    bias: Option<Weight>,
+}
+
+impl Linear {
+    pub fn load(w: &WeightReader, scope: &str, out_dim: usize, in_dim: usize) -> Result<Linear> {
+        let weight = w.tensor(&format!("{scope}/weight"))?;
+        check_shape(&format!("{scope}/weight"), &weight, &[out_dim, in_dim])?;
+        let bias = w.opt_tensor(&format!("{scope}/bias"))?;
+        if let Some(b) = &bias {
+            check_shape(&format!("{scope}/bias"), b, &[out_dim])?;
+        }
+        Ok(Linear { weight, bias })
+    }
+
+    pub fn out_dim(&self) -> usize {
+        self.weight.rows()
+    }
+
+    pub fn in_dim(&self) -> usize {
+        self.weight.row_len()
+    }
+
+    /// Computes `rows` outputs into `out` (resized to rows × out_dim).
+    pub fn forward(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
+        let (n, k) = (self.out_dim(), self.in_dim());
+        out.clear();
+        out.resize(rows * n, 0.0);
+        gemm::matmul_bt(ctx, &x[..rows * k], &self.weight, out, rows, n, k, false);
+        if let Some(b) = &self.bias {
+            ops::add_bias(out, b);
+        }
+    }
+}
+
+/// LayerNorm (with beta) or RMSNorm (gamma only), as CTranslate2 decides from the weights.
+pub struct Norm {
+    gamma: Weight,
+    beta: Option<Weight>,
+    epsilon: f32,
+}
+
+impl Norm {
+    pub fn load(w: &WeightReader, scope: &str, dim: usize, epsilon: Option<f32>) -> Result<Norm> {
+        let gamma = w.tensor(&format!("{scope}/gamma"))?;
+        check_shape(&format!("{scope}/gamma"), &gamma, &[dim])?;
+        let beta = w.opt_tensor(&format!("{scope}/beta"))?;
+        if let Some(b) = &beta {
+            check_shape(&format!("{scope}/beta"), b, &[dim])?;
+        }
+        // CTranslate2's defaults: 1e-5 for LayerNorm, 1e-6 for RMSNorm.
+        let epsilon = epsilon.unwrap_or(if beta.is_some() { 1e-5 } else { 1e-6 });
+        Ok(Norm { gamma, beta, epsilon })
+    }
+
+    pub fn forward(&self, x: &mut [f32]) {
+        match &self.beta {
+            Some(beta) => ops::layer_norm(x, &self.gamma, beta, self.epsilon),
+            None => ops::rms_norm(x, &self.gamma, self.epsilon),
+        }
+    }
+}
+
+/// Position encodings added to the scaled embeddings.
+pub enum Positions {
+    /// A stored table [max_positions, d] (learned, or sinusoids saved by the converter).
+    Table(Weight),
+    /// Sinusoids generated as CTranslate2 does: position p uses (p + 1), [sin | cos] halves.
+    Sinusoidal { dim: usize },
+}
+
+impl Positions {
+    pub fn load(w: &WeightReader, scope: &str, dim: usize) -> Result<Positions> {
+        let name = format!("{scope}/position_encodings/encodings");
+        match w.opt_tensor(&name)? {
+            Some(t) => {
+                if t.shape().len() != 2 || t.shape()[1] != dim || t.shape()[0] == 0 {
+                    return Err(Error::invalid_model(format!("model.bin: {name} has shape {:?}, expected [N, {dim}]", t.shape())));
+                }
+                Ok(Positions::Table(t))
+            }
+            None => {
+                if dim < 4 || dim % 2 != 0 {
+                    return Err(Error::invalid_model(format!("sinusoidal positions need an even model dimension >= 4, got {dim}")));
+                }
+                Ok(Positions::Sinusoidal { dim })
+            }
+        }
+    }
+
+    /// The largest number of positions supported (None = unbounded).
+    pub fn max_positions(&self) -> Option<usize> {
+        match self {
+            Positions::Table(t) => Some(t.rows()),
+            Positions::Sinusoidal { .. } => None,
+        }
+    }
+
+    /// Adds the encoding of `position` to `x` (one row).
+    pub fn add(&self, position: usize, x: &mut [f32]) {
+        match self {
+            Positions::Table(t) => ops::add_assign(x, t.row(position)),
+            Positions::Sinusoidal { dim } => {
+                let half = dim / 2;
+                let increment = 10000f32.ln() / (half - 1) as f32;
+                let p = (position + 1) as f32;
+                for j in 0..half {
+                    let timescale = (-increment * j as f32).exp();
+                    let t = p * timescale;
+                    x[j] += t.sin();
+                    x[half + j] += t.cos();
+                }
+            }
+        }
+    }
+}
+
+/// How embeddings are scaled: CTranslate2's `scale_embeddings` is a flag (sqrt(d)) or a value.
+pub fn embeddings_scale(w: &WeightReader, scope: &str, dim: usize) -> Result<Option<f32>> {
+    let name = format!("{scope}/scale_embeddings");
+    let raw = w.bin_raw_dtype_is_int8(&name);
+    Ok(match (w.scalar(&name)?, raw) {
+        (None, _) => Some((dim as f32).sqrt()),
+        (Some(v), true) => (v != 0.0).then(|| (dim as f32).sqrt()),
+        (Some(v), false) => (v != 1.0).then_some(v as f32),
+    })
+}
+
+impl WeightReader<'_> {
+    fn bin_raw_dtype_is_int8(&self, name: &str) -> bool {
+        self.bin.resolve(name).map(|v| v.dtype == crate::format::ct2::DType::I8).unwrap_or(false)
+    }
+}

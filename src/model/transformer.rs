@@ -1,0 +1,487 @@
+//! The Transformer encoder-decoder of CTranslate2's `TransformerSpec`, built from the
+//! weights by name. The model is immutable; everything a translation mutates lives in
+//! `EncoderOutput` and `DecoderState`.
+use crate::backend::cpu::{ops, Ctx};
+use crate::error::{Error, Result};
+use crate::model::attention::{attend_row, CrossAttention, FeedForward, KvView, Scratch, SelfAttention};
+use crate::model::layers::{embeddings_scale, Linear, Norm, Positions, Weight, WeightReader};
+
+/// Options shared by the layers of one stack.
+struct StackOptions {
+    num_heads: usize,
+    pre_norm: bool,
+}
+
+pub struct EncoderLayer {
+    self_attention: SelfAttention,
+    ffn: FeedForward,
+}
+
+pub struct Encoder {
+    embeddings: Weight,
+    scale: Option<f32>,
+    positions: Positions,
+    layernorm_embedding: Option<Norm>,
+    layers: Vec<EncoderLayer>,
+    final_norm: Option<Norm>,
+    opts: StackOptions,
+}
+
+pub struct DecoderLayer {
+    self_attention: SelfAttention,
+    cross_attention: CrossAttention,
+    ffn: FeedForward,
+}
+
+pub struct Decoder {
+    embeddings: Weight,
+    scale: Option<f32>,
+    zero_start_embedding: bool,
+    positions: Positions,
+    layernorm_embedding: Option<Norm>,
+    layers: Vec<DecoderLayer>,
+    final_norm: Option<Norm>,
+    projection: Linear,
+    opts: StackOptions,
+}
+
+fn read_activation(w: &WeightReader, scope: &str) -> Result<ops::Activation> {
+    let id = w.scalar(&format!("{scope}/activation"))?.unwrap_or(0.0) as i64;
+    ops::Activation::from_ct2_id(id)
+        .ok_or_else(|| Error::unsupported(format!("{scope}: activation #{id} is not supported (relu, gelu, gelu-tanh, gelu-sigmoid, swish, tanh are)")))
+}
+
+fn read_stack_options(w: &WeightReader, scope: &str, d: usize) -> Result<StackOptions> {
+    let num_heads = w.scalar(&format!("{scope}/num_heads"))?.unwrap_or(8.0);
+    if !(num_heads >= 1.0 && num_heads <= d as f64 && d % num_heads as usize == 0) {
+        return Err(Error::invalid_model(format!("{scope}: {num_heads} attention heads do not divide the model dimension {d}")));
+    }
+    Ok(StackOptions { num_heads: num_heads as usize, pre_norm: w.flag(&format!("{scope}/pre_norm"), true)? })
+}
+
+fn count_layers(w: &WeightReader, scope: &str) -> usize {
+    (0..).take_while(|i| w.contains(&format!("{scope}/layer_{i}/ffn/linear_0/weight"))).count()
+}
+
+fn read_embeddings(w: &WeightReader, name: &str) -> Result<Weight> {
+    let t = w.tensor(name)?;
+    if t.shape().len() != 2 || t.shape()[0] == 0 || t.shape()[1] == 0 {
+        return Err(Error::invalid_model(format!("model.bin: {name} has shape {:?}, expected [vocabulary, d]", t.shape())));
+    }
+    Ok(t)
+}
+
+impl Encoder {
+    pub fn load(w: &WeightReader, eps: Option<f32>) -> Result<Encoder> {
+        let scope = "encoder";
+        if w.contains("encoder/embeddings_1/weight") {
+            return Err(Error::unsupported("models with several source features (source factors) are not supported"));
+        }
+        let embeddings = read_embeddings(w, "encoder/embeddings_0/weight")
+            .or_else(|_| read_embeddings(w, "encoder/embeddings/weight"))?;
+        let d = embeddings.row_len();
+        let opts = read_stack_options(w, scope, d)?;
+        let activation = read_activation(w, scope)?;
+        let n = count_layers(w, scope);
+        if n == 0 {
+            return Err(Error::invalid_model("model.bin: the encoder has no layers"));
+        }
+        let mut layers = Vec::with_capacity(n);
+        for i in 0..n {
+            let s = format!("{scope}/layer_{i}");
+            layers.push(EncoderLayer {
+                self_attention: SelfAttention::load(w, &format!("{s}/self_attention"), d, eps)?,
+                ffn: FeedForward::load(w, &format!("{s}/ffn"), d, eps, activation)?,
+            });
+        }
+        Ok(Encoder {
+            scale: embeddings_scale(w, scope, d)?,
+            positions: Positions::load(w, scope, d)?,
+            layernorm_embedding: optional_norm(w, "encoder/layernorm_embedding", d, eps)?,
+            final_norm: optional_norm(w, "encoder/layer_norm", d, eps)?,
+            embeddings,
+            layers,
+            opts,
+        })
+    }
+
+    pub fn vocabulary_size(&self) -> usize {
+        self.embeddings.rows()
+    }
+
+    pub fn max_positions(&self) -> Option<usize> {
+        self.positions.max_positions()
+    }
+
+    /// Encodes a batch of id sequences. Rows of all sequences are concatenated (no padding).
+    pub fn forward(&self, ctx: &Ctx, sequences: &[Vec<u32>]) -> EncoderOutput {
+        let d = self.embeddings.row_len();
+        let mut offsets = Vec::with_capacity(sequences.len());
+        let mut total = 0;
+        for s in sequences {
+            offsets.push(total);
+            total += s.len();
+        }
+        let mut x = vec![0.0f32; total * d];
+        for (seq, &off) in sequences.iter().zip(&offsets) {
+            for (t, &id) in seq.iter().enumerate() {
+                let row = &mut x[(off + t) * d..(off + t + 1) * d];
+                row.copy_from_slice(self.embeddings.row(id as usize));
+                if let Some(s) = self.scale {
+                    row.iter_mut().for_each(|v| *v *= s);
+                }
+                self.positions.add(t, row);
+            }
+        }
+        if let Some(norm) = &self.layernorm_embedding {
+            norm.forward(&mut x);
+        }
+        let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
+        let mut scratch = Scratch::default();
+        for layer in &self.layers {
+            self.self_attention(ctx, &layer.self_attention, &mut x, &offsets, &lengths, &mut scratch);
+            layer.ffn.forward(ctx, &mut x, total, self.opts.pre_norm, &mut scratch);
+        }
+        if let Some(norm) = &self.final_norm {
+            norm.forward(&mut x);
+        }
+        EncoderOutput { data: x, offsets, lengths, dim: d }
+    }
+
+    fn self_attention(
+        &self,
+        ctx: &Ctx,
+        block: &SelfAttention,
+        x: &mut [f32],
+        offsets: &[usize],
+        lengths: &[usize],
+        scratch: &mut Scratch,
+    ) {
+        let d = self.embeddings.row_len();
+        let rows = x.len() / d;
+        let heads = self.opts.num_heads;
+        let head_dim = d / heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let input: &[f32] = if self.opts.pre_norm {
+            scratch.normed.clear();
+            scratch.normed.extend_from_slice(x);
+            block.norm.forward(&mut scratch.normed);
+            &scratch.normed
+        } else {
+            x
+        };
+        let mut qkv = std::mem::take(&mut scratch.hidden);
+        block.qkv.forward(ctx, input, rows, &mut qkv);
+        scratch.context.clear();
+        scratch.context.resize(rows * d, 0.0);
+        for (&off, &len) in offsets.iter().zip(lengths) {
+            let seq = &qkv[off * 3 * d..(off + len) * 3 * d];
+            let keys = KvView { data: seq, stride: 3 * d, offset: d };
+            let values = KvView { data: seq, stride: 3 * d, offset: 2 * d };
+            for t in 0..len {
+                let q = &seq[t * 3 * d..t * 3 * d + d];
+                let out = &mut scratch.context[(off + t) * d..(off + t + 1) * d];
+                attend_row(q, keys, values, len, heads, head_dim, scale, &mut scratch.scores, out);
+            }
+        }
+        scratch.hidden = qkv;
+        block.out.forward(ctx, &scratch.context, rows, &mut scratch.proj);
+        ops::add_assign(x, &scratch.proj);
+        if !self.opts.pre_norm {
+            block.norm.forward(x);
+        }
+    }
+}
+
+fn optional_norm(w: &WeightReader, scope: &str, d: usize, eps: Option<f32>) -> Result<Option<Norm>> {
+    if w.contains(&format!("{scope}/gamma")) {
+        Norm::load(w, scope, d, eps).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Encoder states of a batch: sequence `i` occupies rows `offsets[i] .. offsets[i] + lengths[i]`.
+pub struct EncoderOutput {
+    pub data: Vec<f32>,
+    pub offsets: Vec<usize>,
+    pub lengths: Vec<usize>,
+    pub dim: usize,
+}
+
+/// What the decoder carries between steps for the rows (hypotheses) being decoded.
+pub struct DecoderState {
+    /// For each row, the batch example whose encoder output it attends to.
+    row_example: Vec<usize>,
+    /// Cached self-attention keys and values: [layer][row] -> [steps, d].
+    self_keys: Vec<Vec<Vec<f32>>>,
+    self_values: Vec<Vec<Vec<f32>>>,
+    /// Cross-attention keys and values per layer, computed once: [source rows, 2d].
+    memory_kv: Vec<Vec<f32>>,
+    memory_offsets: Vec<usize>,
+    memory_lengths: Vec<usize>,
+    step: usize,
+    scratch: Scratch,
+    x: Vec<f32>,
+}
+
+impl DecoderState {
+    pub fn num_rows(&self) -> usize {
+        self.row_example.len()
+    }
+
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
+    /// Keeps rows `sources[i]` as the new row `i` (beam reordering, finished rows removed).
+    /// A source row used once is moved, not copied.
+    pub fn select_rows(&mut self, sources: &[usize]) {
+        let mut uses = vec![0usize; self.row_example.len()];
+        sources.iter().for_each(|&s| uses[s] += 1);
+        let reorder = |rows: &mut Vec<Vec<f32>>, uses: &mut [usize]| {
+            let mut old = std::mem::take(rows);
+            *rows = sources
+                .iter()
+                .map(|&s| {
+                    uses[s] -= 1;
+                    if uses[s] == 0 { std::mem::take(&mut old[s]) } else { old[s].clone() }
+                })
+                .collect();
+        };
+        for l in 0..self.self_keys.len() {
+            let mut u = uses.clone();
+            reorder(&mut self.self_keys[l], &mut u);
+            let mut u = uses.clone();
+            reorder(&mut self.self_values[l], &mut u);
+        }
+        self.row_example = sources.iter().map(|&s| self.row_example[s]).collect();
+    }
+}
+
+impl Decoder {
+    pub fn load(w: &WeightReader, eps: Option<f32>) -> Result<Decoder> {
+        let scope = "decoder";
+        let embeddings = read_embeddings(w, "decoder/embeddings/weight")?;
+        let d = embeddings.row_len();
+        let opts = read_stack_options(w, scope, d)?;
+        let activation = read_activation(w, scope)?;
+        let n = count_layers(w, scope);
+        if n == 0 {
+            return Err(Error::invalid_model("model.bin: the decoder has no layers"));
+        }
+        if !w.contains("decoder/layer_0/attention/linear_0/weight") {
+            return Err(Error::unsupported("decoders without encoder attention (language models) are not supported"));
+        }
+        let mut layers = Vec::with_capacity(n);
+        for i in 0..n {
+            let s = format!("{scope}/layer_{i}");
+            layers.push(DecoderLayer {
+                self_attention: SelfAttention::load(w, &format!("{s}/self_attention"), d, eps)?,
+                cross_attention: CrossAttention::load(w, &format!("{s}/attention"), d, eps)?,
+                ffn: FeedForward::load(w, &format!("{s}/ffn"), d, eps, activation)?,
+            });
+        }
+        let vocab = w.dims("decoder/projection/weight")?.first().copied().unwrap_or(0);
+        let projection = Linear::load(w, "decoder/projection", vocab, d)?;
+        // The alignment attributes only matter for returning attention, which Tolk does not.
+        w.scalar("decoder/alignment_layer")?;
+        w.scalar("decoder/alignment_heads")?;
+        Ok(Decoder {
+            scale: embeddings_scale(w, scope, d)?,
+            zero_start_embedding: w.flag("decoder/start_from_zero_embedding", false)?,
+            positions: Positions::load(w, scope, d)?,
+            layernorm_embedding: optional_norm(w, "decoder/layernorm_embedding", d, eps)?,
+            final_norm: optional_norm(w, "decoder/layer_norm", d, eps)?,
+            embeddings,
+            layers,
+            projection,
+            opts,
+        })
+    }
+
+    pub fn vocabulary_size(&self) -> usize {
+        self.projection.out_dim()
+    }
+
+    pub fn embeddings_size(&self) -> usize {
+        self.embeddings.rows()
+    }
+
+    pub fn max_positions(&self) -> Option<usize> {
+        self.positions.max_positions()
+    }
+
+    /// Prepares the state for one row per batch example; cross-attention keys/values are
+    /// projected once here for every layer.
+    pub fn initial_state(&self, ctx: &Ctx, memory: &EncoderOutput) -> DecoderState {
+        let total: usize = memory.lengths.iter().sum();
+        let memory_kv = self
+            .layers
+            .iter()
+            .map(|layer| {
+                let mut kv = Vec::new();
+                layer.cross_attention.kv.forward(ctx, &memory.data, total, &mut kv);
+                kv
+            })
+            .collect();
+        let rows = memory.lengths.len();
+        DecoderState {
+            row_example: (0..rows).collect(),
+            self_keys: vec![vec![Vec::new(); rows]; self.layers.len()],
+            self_values: vec![vec![Vec::new(); rows]; self.layers.len()],
+            memory_kv,
+            memory_offsets: memory.offsets.clone(),
+            memory_lengths: memory.lengths.clone(),
+            step: 0,
+            scratch: Scratch::default(),
+            x: Vec::new(),
+        }
+    }
+
+    /// Runs one decoding step for every row of `state` with input `ids` (one per row) and
+    /// writes the logits [rows, vocabulary] into `logits`.
+    pub fn step(&self, ctx: &Ctx, ids: &[u32], state: &mut DecoderState, logits: &mut Vec<f32>) {
+        let d = self.embeddings.row_len();
+        let rows = ids.len();
+        debug_assert_eq!(rows, state.num_rows());
+        let step = state.step;
+        let mut x = std::mem::take(&mut state.x);
+        x.clear();
+        x.resize(rows * d, 0.0);
+        for (r, &id) in ids.iter().enumerate() {
+            let row = &mut x[r * d..(r + 1) * d];
+            if self.zero_start_embedding && step == 0 {
+                // Marian starts decoding from a zero vector instead of the <s> embedding.
+                row.fill(0.0);
+            } else {
+                row.copy_from_slice(self.embeddings.row(id as usize));
+                if let Some(s) = self.scale {
+                    row.iter_mut().for_each(|v| *v *= s);
+                }
+            }
+            self.positions.add(step, row);
+        }
+        if let Some(norm) = &self.layernorm_embedding {
+            norm.forward(&mut x);
+        }
+        let mut scratch = std::mem::take(&mut state.scratch);
+        for (l, layer) in self.layers.iter().enumerate() {
+            self.self_attention_step(ctx, l, &layer.self_attention, &mut x, state, &mut scratch);
+            self.cross_attention_step(ctx, l, &layer.cross_attention, &mut x, state, &mut scratch);
+            layer.ffn.forward(ctx, &mut x, rows, self.opts.pre_norm, &mut scratch);
+        }
+        if let Some(norm) = &self.final_norm {
+            norm.forward(&mut x);
+        }
+        self.projection.forward(ctx, &x, rows, logits);
+        state.scratch = scratch;
+        state.x = x;
+        state.step += 1;
+    }
+
+    fn normed_input<'a>(&self, norm: &Norm, x: &'a [f32], buf: &'a mut Vec<f32>) -> &'a [f32] {
+        if self.opts.pre_norm {
+            buf.clear();
+            buf.extend_from_slice(x);
+            norm.forward(buf);
+            buf
+        } else {
+            x
+        }
+    }
+
+    fn finish_block(&self, norm: &Norm, x: &mut [f32], proj: &[f32]) {
+        ops::add_assign(x, proj);
+        if !self.opts.pre_norm {
+            norm.forward(x);
+        }
+    }
+
+    fn self_attention_step(
+        &self,
+        ctx: &Ctx,
+        layer: usize,
+        block: &SelfAttention,
+        x: &mut [f32],
+        state: &mut DecoderState,
+        scratch: &mut Scratch,
+    ) {
+        let d = self.embeddings.row_len();
+        let rows = state.num_rows();
+        let (heads, head_dim) = (self.opts.num_heads, d / self.opts.num_heads);
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let mut normed = std::mem::take(&mut scratch.normed);
+        let input = self.normed_input(&block.norm, x, &mut normed);
+        let mut qkv = std::mem::take(&mut scratch.hidden);
+        block.qkv.forward(ctx, input, rows, &mut qkv);
+        scratch.context.clear();
+        scratch.context.resize(rows * d, 0.0);
+        for r in 0..rows {
+            let row = &qkv[r * 3 * d..(r + 1) * 3 * d];
+            let keys = &mut state.self_keys[layer][r];
+            keys.extend_from_slice(&row[d..2 * d]);
+            let values = &mut state.self_values[layer][r];
+            values.extend_from_slice(&row[2 * d..]);
+            let len = keys.len() / d;
+            let kv = |data| KvView { data, stride: d, offset: 0 };
+            attend_row(
+                &row[..d],
+                kv(keys),
+                kv(values),
+                len,
+                heads,
+                head_dim,
+                scale,
+                &mut scratch.scores,
+                &mut scratch.context[r * d..(r + 1) * d],
+            );
+        }
+        scratch.hidden = qkv;
+        scratch.normed = normed;
+        block.out.forward(ctx, &scratch.context, rows, &mut scratch.proj);
+        self.finish_block(&block.norm, x, &scratch.proj);
+    }
+
+    fn cross_attention_step(
+        &self,
+        ctx: &Ctx,
+        layer: usize,
+        block: &CrossAttention,
+        x: &mut [f32],
+        state: &mut DecoderState,
+        scratch: &mut Scratch,
+    ) {
+        let d = self.embeddings.row_len();
+        let rows = state.num_rows();
+        let (heads, head_dim) = (self.opts.num_heads, d / self.opts.num_heads);
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let mut normed = std::mem::take(&mut scratch.normed);
+        let input = self.normed_input(&block.norm, x, &mut normed);
+        let mut query = std::mem::take(&mut scratch.query);
+        block.query.forward(ctx, input, rows, &mut query);
+        scratch.context.clear();
+        scratch.context.resize(rows * d, 0.0);
+        let kv = &state.memory_kv[layer];
+        for r in 0..rows {
+            let ex = state.row_example[r];
+            let (off, len) = (state.memory_offsets[ex], state.memory_lengths[ex]);
+            let mem = &kv[off * 2 * d..(off + len) * 2 * d];
+            attend_row(
+                &query[r * d..(r + 1) * d],
+                KvView { data: mem, stride: 2 * d, offset: 0 },
+                KvView { data: mem, stride: 2 * d, offset: d },
+                len,
+                heads,
+                head_dim,
+                scale,
+                &mut scratch.scores,
+                &mut scratch.context[r * d..(r + 1) * d],
+            );
+        }
+        scratch.query = query;
+        scratch.normed = normed;
+        block.out.forward(ctx, &scratch.context, rows, &mut scratch.proj);
+        self.finish_block(&block.norm, x, &scratch.proj);
+    }
+}

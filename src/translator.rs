@@ -1,0 +1,390 @@
+//! Translation of token batches: options with CTranslate2's defaults and meaning,
+//! sorting by length and re-batching, encoding, searching, and restoring input order.
+use std::sync::Arc;
+
+use crate::backend::cpu::Ctx;
+use crate::decode::{beam::beam_search, greedy::greedy_search, Hypotheses, SearchParams, StartTokens};
+use crate::error::{Error, Result};
+use crate::model::TransformerModel;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchType {
+    /// `max_batch_size` counts examples.
+    Examples,
+    /// `max_batch_size` counts tokens (batch size x longest source, padding included).
+    Tokens,
+}
+
+/// Options of `Translator::translate_batch`; defaults are CTranslate2's.
+#[derive(Debug, Clone)]
+pub struct TranslateOptions {
+    pub beam_size: usize,
+    pub patience: f32,
+    pub length_penalty: f32,
+    pub num_hypotheses: usize,
+    pub return_scores: bool,
+    /// Source truncation (special tokens included); 0 = none.
+    pub max_input_length: usize,
+    pub max_decoding_length: usize,
+    pub min_decoding_length: usize,
+    /// Token that ends a hypothesis; `None` = the model's end-of-sentence token.
+    pub end_token: Option<String>,
+    pub disable_unk: bool,
+    /// 0 = translate everything as one batch.
+    pub max_batch_size: usize,
+    pub batch_type: BatchType,
+}
+
+impl Default for TranslateOptions {
+    fn default() -> Self {
+        TranslateOptions {
+            beam_size: 2,
+            patience: 1.0,
+            length_penalty: 1.0,
+            num_hypotheses: 1,
+            return_scores: false,
+            max_input_length: 1024,
+            max_decoding_length: 256,
+            min_decoding_length: 1,
+            end_token: None,
+            disable_unk: false,
+            max_batch_size: 0,
+            batch_type: BatchType::Examples,
+        }
+    }
+}
+
+impl TranslateOptions {
+    /// The checks CTranslate2 makes, with the same wording where it has one.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::invalid_argument(m));
+        if self.beam_size == 0 {
+            return bad("The beam size must be > 0");
+        }
+        if !(self.patience > 0.0) || !self.patience.is_finite() {
+            return bad("The patience factor must be > 0");
+        }
+        if !self.length_penalty.is_finite() {
+            return bad("The length penalty must be a finite number");
+        }
+        if self.num_hypotheses == 0 {
+            return bad("The number of hypotheses must be > 0");
+        }
+        if self.num_hypotheses > (self.beam_size as f32 * self.patience).round() as usize {
+            return bad("The number of hypotheses cannot be greater than beam_size * patience");
+        }
+        if self.max_decoding_length == 0 {
+            return bad("The maximum decoding length must be > 0");
+        }
+        if self.min_decoding_length > self.max_decoding_length {
+            return bad("The minimum decoding length is greater than the maximum decoding length");
+        }
+        if self.beam_size > 1024 || self.num_hypotheses > 1024 {
+            return bad("beam_size and num_hypotheses must be at most 1024");
+        }
+        Ok(())
+    }
+}
+
+/// The n-best translations of one source sentence, best first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TranslationResult {
+    pub hypotheses: Vec<Vec<String>>,
+    /// Empty unless `return_scores` was set.
+    pub scores: Vec<f32>,
+}
+
+/// Runs translations on one model. Cheap to create; many translators can share a model.
+pub struct Translator {
+    model: Arc<TransformerModel>,
+    ctx: Ctx,
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl Translator {
+    pub fn new(model: Arc<TransformerModel>, intra_threads: usize) -> Result<Translator> {
+        let threads = intra_threads.max(1);
+        let pool = if threads > 1 {
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .map_err(|e| Error::invalid_argument(format!("cannot start {threads} threads: {e}")))?,
+            )
+        } else {
+            None
+        };
+        Ok(Translator { model, ctx: Ctx { threads }, pool })
+    }
+
+    pub fn model(&self) -> &Arc<TransformerModel> {
+        &self.model
+    }
+
+    /// Translates tokenized sentences; `target_prefix`, when given, has one (possibly
+    /// empty) prefix per sentence that every hypothesis starts with.
+    pub fn translate_batch(
+        &self,
+        source: &[Vec<String>],
+        target_prefix: Option<&[Vec<String>]>,
+        options: &TranslateOptions,
+    ) -> Result<Vec<TranslationResult>> {
+        options.validate()?;
+        if let Some(p) = target_prefix {
+            if p.len() != source.len() {
+                return Err(Error::invalid_argument(format!(
+                    "the batch has {} sources but {} target prefixes",
+                    source.len(),
+                    p.len()
+                )));
+            }
+        }
+        match &self.pool {
+            Some(pool) => pool.install(|| self.translate_all(source, target_prefix, options)),
+            None => self.translate_all(source, target_prefix, options),
+        }
+    }
+
+    fn translate_all(
+        &self,
+        source: &[Vec<String>],
+        target_prefix: Option<&[Vec<String>]>,
+        options: &TranslateOptions,
+    ) -> Result<Vec<TranslationResult>> {
+        let empty: Vec<String> = Vec::new();
+        let prefix_of = |i: usize| target_prefix.map(|p| &p[i]).unwrap_or(&empty);
+        let mut results = vec![TranslationResult::default(); source.len()];
+        for batch in rebatch(source, options.max_batch_size, options.batch_type) {
+            let mut to_run = Vec::with_capacity(batch.len());
+            for &i in &batch {
+                match self.skip_translation(&source[i], prefix_of(i), options) {
+                    Some(r) => results[i] = r,
+                    None => to_run.push(i),
+                }
+            }
+            if to_run.is_empty() {
+                continue;
+            }
+            let sources: Vec<&[String]> = to_run.iter().map(|&i| source[i].as_slice()).collect();
+            let prefixes: Vec<&[String]> = to_run.iter().map(|&i| prefix_of(i).as_slice()).collect();
+            let translated = self.run_translation(&sources, &prefixes, options)?;
+            for (i, r) in to_run.into_iter().zip(translated) {
+                results[i] = r;
+            }
+        }
+        Ok(results)
+    }
+
+    /// CTranslate2's shortcut for a source with no content: the translation is the target
+    /// prefix (or empty) with score 0, without running the model.
+    fn skip_translation(&self, source: &[String], prefix: &[String], options: &TranslateOptions) -> Option<TranslationResult> {
+        let cfg = &self.model.config;
+        let mut length = source.len();
+        if length == 1 && (source[0] == cfg.bos_token || source[0] == cfg.eos_token) {
+            length = 0;
+        } else if length >= 2 {
+            if source[0] == cfg.bos_token {
+                length -= 1;
+            }
+            if source[source.len() - 1] == cfg.eos_token {
+                length -= 1;
+            } else if source[source.len() - 2] == cfg.eos_token {
+                length -= 2; // A language code follows the end token.
+            }
+        }
+        if length > 0 {
+            return None;
+        }
+        let vocab = &self.model.target_vocabulary;
+        let mut hypothesis: Vec<String> = prefix.to_vec();
+        if cfg.decoder_start_token.is_none() && !hypothesis.is_empty() {
+            hypothesis.remove(0);
+        }
+        hypothesis.truncate(options.max_decoding_length);
+        for t in hypothesis.iter_mut() {
+            *t = vocab.token(vocab.id_or_unk(t)).to_string();
+        }
+        Some(TranslationResult {
+            hypotheses: vec![hypothesis; options.num_hypotheses],
+            scores: if options.return_scores { vec![0.0; options.num_hypotheses] } else { Vec::new() },
+        })
+    }
+
+    fn source_ids(&self, tokens: &[String], max_length: usize) -> Result<Vec<u32>> {
+        let m = &self.model;
+        let vocab = &m.source_vocabulary;
+        let eos = vocab.id_or_unk(&m.config.eos_token);
+        let mut ids = Vec::with_capacity(tokens.len() + 2);
+        if m.config.add_source_bos {
+            ids.push(vocab.id_or_unk(&m.config.bos_token));
+        }
+        ids.extend(tokens.iter().map(|t| vocab.id_or_unk(t)));
+        if m.config.add_source_eos {
+            ids.push(eos);
+        }
+        if max_length > 0 && ids.len() > max_length {
+            // Keep the end token (and a language code after it) at the end, as CTranslate2 does.
+            let n = ids.len();
+            if ids[n - 1] == eos {
+                ids[max_length - 1] = eos;
+            } else if n >= 2 && ids[n - 2] == eos && max_length >= 2 {
+                ids[max_length - 2] = eos;
+                ids[max_length - 1] = ids[n - 1];
+            }
+            ids.truncate(max_length);
+        }
+        if let Some(max) = m.encoder.max_positions() {
+            if ids.len() > max {
+                return Err(Error::invalid_argument(format!(
+                    "a source of {} tokens is longer than the {max} positions the model supports; \
+                     set max_input_length to at most {max}",
+                    ids.len()
+                )));
+            }
+        }
+        Ok(ids)
+    }
+
+    fn run_translation(
+        &self,
+        sources: &[&[String]],
+        prefixes: &[&[String]],
+        options: &TranslateOptions,
+    ) -> Result<Vec<TranslationResult>> {
+        let m = &self.model;
+        let tv = &m.target_vocabulary;
+        let source_ids = sources
+            .iter()
+            .map(|s| self.source_ids(s, options.max_input_length))
+            .collect::<Result<Vec<_>>>()?;
+        let mut starts = Vec::with_capacity(prefixes.len());
+        for p in prefixes {
+            let mut ids: Vec<u32> = Vec::with_capacity(p.len() + 1);
+            if let Some(start) = &m.config.decoder_start_token {
+                ids.push(tv.id_or_unk(start));
+            }
+            ids.extend(p.iter().map(|t| tv.id_or_unk(t)));
+            if ids.is_empty() {
+                return Err(Error::invalid_argument(
+                    "One input has no decoder start token: this model has no decoder_start_token, \
+                     so every example needs a target prefix",
+                ));
+            }
+            starts.push(StartTokens { start: ids[0], prefix: ids[1..].to_vec() });
+        }
+        // A stored position table bounds the decoding length (CTranslate2 raises an error
+        // when decoding reaches its end; Tolk ends the hypotheses there instead).
+        let max_length = match m.decoder.max_positions() {
+            Some(max) => options.max_decoding_length.min(max),
+            None => options.max_decoding_length,
+        };
+        let end_ids = vec![match &options.end_token {
+            Some(t) => tv.id_or_unk(t),
+            None => tv.id_or_unk(&m.config.eos_token),
+        }];
+        let params = SearchParams {
+            beam_size: options.beam_size,
+            patience: options.patience,
+            length_penalty: options.length_penalty,
+            num_hypotheses: options.num_hypotheses,
+            max_length,
+            min_length: options.min_decoding_length,
+            disabled_ids: if options.disable_unk { vec![tv.unk_id()] } else { Vec::new() },
+            end_ids: end_ids.clone(),
+            return_scores: options.return_scores,
+        };
+
+        let memory = m.encoder.forward(&self.ctx, &source_ids);
+        let mut state = m.decoder.initial_state(&self.ctx, &memory);
+        drop(memory);
+        let hyps: Vec<Hypotheses> = if options.beam_size == 1 {
+            greedy_search(&self.ctx, &m.decoder, &mut state, &starts, &params)
+        } else {
+            beam_search(&self.ctx, &m.decoder, &mut state, &starts, &params)
+        };
+        Ok(hyps
+            .into_iter()
+            .map(|h| TranslationResult {
+                hypotheses: h
+                    .ids
+                    .into_iter()
+                    .map(|mut ids| {
+                        while ids.last().is_some_and(|id| end_ids.contains(id)) {
+                            ids.pop();
+                        }
+                        ids.into_iter().map(|id| tv.token(id).to_string()).collect()
+                    })
+                    .collect(),
+                scores: h.scores,
+            })
+            .collect())
+    }
+}
+
+/// Splits example indices into batches like CTranslate2: longest sources first, then
+/// cut so that each batch holds at most `max_batch_size` examples or tokens (padding
+/// included). Returns the original indices of each batch.
+pub fn rebatch(source: &[Vec<String>], max_batch_size: usize, batch_type: BatchType) -> Vec<Vec<usize>> {
+    if source.is_empty() {
+        return Vec::new();
+    }
+    let (max_batch_size, batch_type) =
+        if max_batch_size == 0 { (source.len(), BatchType::Examples) } else { (max_batch_size, batch_type) };
+    let mut order: Vec<usize> = (0..source.len()).collect();
+    order.sort_by(|&a, &b| source[b].len().cmp(&source[a].len()));
+    let mut batches = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut max_increment = 0;
+    for i in order {
+        let increment = match batch_type {
+            BatchType::Examples => 1,
+            BatchType::Tokens => source[i].len(),
+        };
+        let new_max = max_increment.max(increment);
+        if !current.is_empty() && (current.len() + 1) * new_max > max_batch_size {
+            batches.push(std::mem::take(&mut current));
+            max_increment = increment;
+        } else {
+            max_increment = new_max;
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(n: usize) -> Vec<String> {
+        vec!["a".to_string(); n]
+    }
+
+    #[test]
+    fn rebatch_sorts_longest_first_and_cuts() {
+        let src = vec![toks(1), toks(5), toks(3), toks(2)];
+        assert_eq!(rebatch(&src, 0, BatchType::Tokens), vec![vec![1, 2, 3, 0]]);
+        assert_eq!(rebatch(&src, 2, BatchType::Examples), vec![vec![1, 2], vec![3, 0]]);
+        // Tokens: 5 alone (2 x 5 > 6), then 3 + 2 (2 x 3 = 6), then 1.
+        assert_eq!(rebatch(&src, 6, BatchType::Tokens), vec![vec![1], vec![2, 3], vec![0]]);
+        assert!(rebatch(&[], 4, BatchType::Examples).is_empty());
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let ok = TranslateOptions::default();
+        assert!(ok.validate().is_ok());
+        for bad in [
+            TranslateOptions { beam_size: 0, ..ok.clone() },
+            TranslateOptions { num_hypotheses: 3, ..ok.clone() },
+            TranslateOptions { patience: 0.0, ..ok.clone() },
+            TranslateOptions { max_decoding_length: 0, ..ok.clone() },
+            TranslateOptions { min_decoding_length: 300, ..ok.clone() },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+}
