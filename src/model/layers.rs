@@ -4,7 +4,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::backend::cpu::{gemm, ops, Ctx};
+use crate::backend::cpu::packed::{matmul_packed, PackedMatrix};
+use crate::backend::cpu::{ops, Ctx};
 use crate::error::{Error, Result};
 use crate::format::ct2::ModelBin;
 use crate::tensor::Tensor;
@@ -54,7 +55,11 @@ impl<'a> WeightReader<'a> {
             return Ok(Arc::clone(t));
         }
         let t = Arc::new(self.bin.tensor(&stored)?);
-        self.converted.borrow_mut().insert(stored, Arc::clone(&t));
+        // Only tensors that aliases point to are kept for sharing; the others are released
+        // as soon as their layer has packed them, which keeps the loading peak low.
+        if self.bin.is_alias_target(&stored) {
+            self.converted.borrow_mut().insert(stored, Arc::clone(&t));
+        }
         Ok(t)
     }
 
@@ -149,7 +154,7 @@ fn check_shape(name: &str, t: &Tensor, expected: &[usize]) -> Result<()> {
 
 /// `y = x · Wᵀ + b` with `W` stored [out, in].
 pub struct Linear {
-    weight: Weight,
+    weight: PackedMatrix,
     bias: Option<Weight>,
 }
 
@@ -161,7 +166,7 @@ impl Linear {
         if let Some(b) = &bias {
             check_shape(&format!("{scope}/bias"), b, &[out_dim])?;
         }
-        Ok(Linear { weight, bias })
+        Ok(Linear { weight: PackedMatrix::pack(&weight, out_dim, in_dim), bias })
     }
 
     pub fn out_dim(&self) -> usize {
@@ -169,18 +174,14 @@ impl Linear {
     }
 
     pub fn in_dim(&self) -> usize {
-        self.weight.row_len()
+        self.weight.cols()
     }
 
     /// Computes `rows` outputs into `out` (resized to rows × out_dim).
-    pub fn forward(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
-        let (n, k) = (self.out_dim(), self.in_dim());
+    pub fn forward(&self, _ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
         out.clear();
-        out.resize(rows * n, 0.0);
-        gemm::matmul_bt(ctx, &x[..rows * k], &self.weight, out, rows, n, k, false);
-        if let Some(b) = &self.bias {
-            ops::add_bias(out, b);
-        }
+        out.resize(rows * self.out_dim(), 0.0);
+        matmul_packed(x, &self.weight, self.bias.as_deref().map(|b| &b[..]), out, rows);
     }
 }
 

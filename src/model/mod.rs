@@ -38,6 +38,8 @@ impl TransformerModel {
         let encoder = Encoder::load(&w, config.layer_norm_epsilon)?;
         let decoder = Decoder::load(&w, config.layer_norm_epsilon)?;
         w.ensure_all_used()?;
+        drop(w);
+        bin.release_pages();
         if source_vocabulary.len() != encoder.vocabulary_size() {
             return Err(Error::invalid_model(format!(
                 "the source vocabulary has {} tokens but the encoder embeddings have {} rows",

@@ -1,7 +1,9 @@
 //! CPU kernels: float32 matrix products and the element-wise and row-wise operations of
 //! a Transformer.
 pub mod gemm;
+pub mod isa;
 pub mod ops;
+pub mod packed;
 
 /// Per-call execution settings shared by every kernel of one translation.
 #[derive(Debug, Clone, Copy)]

@@ -236,6 +236,11 @@ impl ModelBin {
         None
     }
 
+    /// Whether some alias refers to the stored variable `name` (a shared weight).
+    pub fn is_alias_target(&self, name: &str) -> bool {
+        self.aliases.keys().any(|a| self.resolve(a).is_some_and(|v| v.name == name))
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.resolve(name).is_some()
     }
@@ -322,4 +327,15 @@ fn dequantize(mut values: Vec<f32>, shape: &[usize], scale: &Tensor, name: &str)
         )));
     }
     Ok(values)
+}
+
+impl ModelBin {
+    /// Drops the resident pages of the mapping once the model is built: weights that were
+    /// converted no longer need them, and tensors still borrowing the mapping fault their
+    /// pages back in on use, so only what is really read stays in memory.
+    pub fn release_pages(&self) {
+        // SAFETY: the mapping is a read-only, file-backed mapping: dropping its pages only
+        // means they are read again from the file (page cache) when next accessed.
+        let _ = unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+    }
 }

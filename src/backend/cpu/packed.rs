@@ -1,0 +1,229 @@
+//! Float32 `x · Wᵀ` for Linear layers with the weight packed once at load.
+//!
+//! Decoding multiplies a few rows by large weights (the output projection is 65k x 512),
+//! so the weight stream dominates: packing it per call (as general GEMM libraries do)
+//! costs more than the product. Here `W [n, k]` is stored as panels of `NR = 32` output
+//! columns, each `[k][32]` contiguous (zero-padded at the tail), and a register-tiled
+//! kernel reads every panel exactly once per row block. The kernel is chosen at run time:
+//! AVX-512F, AVX2+FMA, or a portable scalar reference.
+use super::isa::{self, Isa};
+
+/// Output columns per packed panel.
+pub const NR: usize = 32;
+/// Rows of `x` processed while one panel is hot in cache.
+const ROW_BLOCK: usize = 96;
+
+/// A weight matrix `[n, k]` (row = output feature) packed for `matmul_packed`.
+pub struct PackedMatrix {
+    data: Vec<f32>,
+    n: usize,
+    k: usize,
+}
+
+impl PackedMatrix {
+    pub fn pack(w: &[f32], n: usize, k: usize) -> PackedMatrix {
+        assert_eq!(w.len(), n * k, "PackedMatrix::pack: size mismatch");
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0.0f32; panels * k * NR];
+        for p in 0..panels {
+            let panel = &mut data[p * k * NR..(p + 1) * k * NR];
+            for c in 0..NR.min(n - p * NR) {
+                let row = &w[(p * NR + c) * k..(p * NR + c + 1) * k];
+                for (kk, &v) in row.iter().enumerate() {
+                    panel[kk * NR + c] = v;
+                }
+            }
+        }
+        PackedMatrix { data, n, k }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    fn panel(&self, p: usize) -> &[f32] {
+        &self.data[p * self.k * NR..(p + 1) * self.k * NR]
+    }
+}
+
+/// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`.
+pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut [f32], m: usize) {
+    let (n, k) = (w.n, w.k);
+    assert!(x.len() >= m * k && y.len() >= m * n, "matmul_packed: buffer too small");
+    if let Some(b) = bias {
+        assert!(b.len() >= n);
+    }
+    let isa = isa::current();
+    for r0 in (0..m).step_by(ROW_BLOCK) {
+        let rows = ROW_BLOCK.min(m - r0);
+        for p in 0..n.div_ceil(NR) {
+            let cols = NR.min(n - p * NR);
+            let tile = Tile { x: &x[r0 * k..], k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]) };
+            let out = &mut y[r0 * n + p * NR..];
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => unsafe { x86::panel_avx512(&tile, out, n, rows, cols) },
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { x86::panel_avx2(&tile, out, n, rows, cols) },
+                _ => panel_scalar(&tile, out, n, rows, cols),
+            }
+        }
+    }
+}
+
+/// Inputs of one panel product: rows of `x` (row stride `k`) times one packed panel.
+struct Tile<'a> {
+    x: &'a [f32],
+    k: usize,
+    panel: &'a [f32],
+    bias: Option<&'a [f32]>,
+}
+
+/// The reference kernel every SIMD kernel is tested against.
+fn panel_scalar(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
+    for r in 0..rows {
+        let mut acc = [0.0f32; NR];
+        let xr = &t.x[r * t.k..(r + 1) * t.k];
+        for (kk, &xv) in xr.iter().enumerate() {
+            let w = &t.panel[kk * NR..(kk + 1) * NR];
+            for c in 0..NR {
+                acc[c] += xv * w[c];
+            }
+        }
+        for c in 0..cols {
+            y[r * ldy + c] = acc[c] + t.bias.map_or(0.0, |b| b[c]);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Tile, NR};
+    use std::arch::x86_64::*;
+
+    /// Stores `NR` accumulated columns (as `L` vectors of `W` lanes) of one row, adding the
+    /// bias and dropping the zero-padded tail columns.
+    #[inline(always)]
+    fn store_row(acc: &[f32; NR], t: &Tile, y: &mut [f32], cols: usize) {
+        for c in 0..cols {
+            y[c] = acc[c] + t.bias.map_or(0.0, |b| b[c]);
+        }
+    }
+
+    /// AVX-512: tiles of MR rows x 32 columns (2 zmm per row).
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn panel_avx512(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
+        let mut r = 0;
+        while r + 8 <= rows {
+            tile_avx512::<8>(t, r, y, ldy, cols);
+            r += 8;
+        }
+        while r + 4 <= rows {
+            tile_avx512::<4>(t, r, y, ldy, cols);
+            r += 4;
+        }
+        while r < rows {
+            tile_avx512::<1>(t, r, y, ldy, cols);
+            r += 1;
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile_avx512<const MR: usize>(t: &Tile, r0: usize, y: &mut [f32], ldy: usize, cols: usize) {
+        let mut acc0 = [_mm512_setzero_ps(); MR];
+        let mut acc1 = [_mm512_setzero_ps(); MR];
+        let k = t.k;
+        let x = t.x.as_ptr().add(r0 * k);
+        let w = t.panel.as_ptr();
+        for kk in 0..k {
+            let w0 = _mm512_loadu_ps(w.add(kk * NR));
+            let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
+            for r in 0..MR {
+                let xv = _mm512_set1_ps(*x.add(r * k + kk));
+                acc0[r] = _mm512_fmadd_ps(xv, w0, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(xv, w1, acc1[r]);
+            }
+        }
+        for r in 0..MR {
+            let mut row = [0.0f32; NR];
+            _mm512_storeu_ps(row.as_mut_ptr(), acc0[r]);
+            _mm512_storeu_ps(row.as_mut_ptr().add(16), acc1[r]);
+            store_row(&row, t, &mut y[(r0 + r) * ldy..], cols);
+        }
+    }
+
+    /// AVX2 + FMA: tiles of MR rows x 32 columns (4 ymm per row).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn panel_avx2(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
+        let mut r = 0;
+        while r + 3 <= rows {
+            tile_avx2::<3>(t, r, y, ldy, cols);
+            r += 3;
+        }
+        while r < rows {
+            tile_avx2::<1>(t, r, y, ldy, cols);
+            r += 1;
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile_avx2<const MR: usize>(t: &Tile, r0: usize, y: &mut [f32], ldy: usize, cols: usize) {
+        let mut acc = [[_mm256_setzero_ps(); 4]; MR];
+        let k = t.k;
+        let x = t.x.as_ptr().add(r0 * k);
+        let w = t.panel.as_ptr();
+        for kk in 0..k {
+            let wv = [
+                _mm256_loadu_ps(w.add(kk * NR)),
+                _mm256_loadu_ps(w.add(kk * NR + 8)),
+                _mm256_loadu_ps(w.add(kk * NR + 16)),
+                _mm256_loadu_ps(w.add(kk * NR + 24)),
+            ];
+            for r in 0..MR {
+                let xv = _mm256_set1_ps(*x.add(r * k + kk));
+                for j in 0..4 {
+                    acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+                }
+            }
+        }
+        for r in 0..MR {
+            let mut row = [0.0f32; NR];
+            for j in 0..4 {
+                _mm256_storeu_ps(row.as_mut_ptr().add(8 * j), acc[r][j]);
+            }
+            store_row(&row, t, &mut y[(r0 + r) * ldy..], cols);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_matches_the_naive_product() {
+        for &(m, n, k) in &[(1, 1, 1), (5, 33, 7), (9, 64, 16), (13, 70, 130), (100, 40, 3)] {
+            let x: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+            let w: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+            let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+            let packed = PackedMatrix::pack(&w, n, k);
+            for isa in isa::available() {
+                let mut y = vec![f32::NAN; m * n];
+                isa::with_isa(isa, || matmul_packed(&x, &packed, Some(&bias), &mut y, m));
+                for i in 0..m {
+                    for j in 0..n {
+                        let r: f32 = (0..k).map(|p| x[i * k + p] * w[j * k + p]).sum::<f32>() + bias[j];
+                        let v = y[i * n + j];
+                        assert!((v - r).abs() <= 1e-4 * r.abs().max(1.0), "{isa:?} {m}x{n}x{k} [{i},{j}]: {v} vs {r}");
+                    }
+                }
+            }
+        }
+    }
+}
