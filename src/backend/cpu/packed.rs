@@ -141,6 +141,9 @@ mod x86 {
         let x = t.x.as_ptr().add(r0 * k);
         let w = t.panel.as_ptr();
         for kk in 0..k {
+            // Stream the panel ahead of use: decoding is bound by reading the weights.
+            _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR + 16) as *const i8);
             let w0 = _mm512_loadu_ps(w.add(kk * NR));
             let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
             for r in 0..MR {
