@@ -14,7 +14,7 @@ fn main() {
             let t = Instant::now();
             isa::with_isa(isa, || {
                 for _ in 0..reps {
-                    packed::matmul_packed(&x, &p, None, &mut y, m);
+                    packed::matmul_packed(&x, &p, None, &mut y, m, 1);
                 }
             });
             let s = t.elapsed().as_secs_f64();

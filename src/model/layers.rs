@@ -178,10 +178,10 @@ impl Linear {
     }
 
     /// Computes `rows` outputs into `out` (resized to rows × out_dim).
-    pub fn forward(&self, _ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
+    pub fn forward(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
         out.clear();
         out.resize(rows * self.out_dim(), 0.0);
-        matmul_packed(x, &self.weight, self.bias.as_deref().map(|b| &b[..]), out, rows);
+        matmul_packed(x, &self.weight, self.bias.as_deref().map(|b| &b[..]), out, rows, ctx.threads);
     }
 }
 

@@ -1,6 +1,5 @@
-//! CPU kernels: float32 matrix products and the element-wise and row-wise operations of
-//! a Transformer.
-pub mod gemm;
+//! CPU kernels: float32 matrix products with packed weights (`packed`, dispatched by
+//! `isa`) and the element-wise and row-wise operations of a Transformer (`ops`).
 pub mod isa;
 pub mod ops;
 pub mod packed;

@@ -50,28 +50,61 @@ impl PackedMatrix {
     }
 }
 
-/// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`.
-pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut [f32], m: usize) {
+/// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`. With `threads > 1` the panels
+/// (disjoint output columns) are split across the current rayon pool.
+pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
     let (n, k) = (w.n, w.k);
     assert!(x.len() >= m * k && y.len() >= m * n, "matmul_packed: buffer too small");
     if let Some(b) = bias {
         assert!(b.len() >= n);
     }
     let isa = isa::current();
-    for r0 in (0..m).step_by(ROW_BLOCK) {
-        let rows = ROW_BLOCK.min(m - r0);
-        for p in 0..n.div_ceil(NR) {
-            let cols = NR.min(n - p * NR);
-            let tile = Tile { x: &x[r0 * k..], k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]) };
-            let out = &mut y[r0 * n + p * NR..];
-            match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => unsafe { x86::panel_avx512(&tile, out, n, rows, cols) },
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { x86::panel_avx2(&tile, out, n, rows, cols) },
-                _ => panel_scalar(&tile, out, n, rows, cols),
+    let panels = n.div_ceil(NR);
+    let out = OutPtr(y.as_mut_ptr());
+    let run = |p0: usize, p1: usize| {
+        for r0 in (0..m).step_by(ROW_BLOCK) {
+            let rows = ROW_BLOCK.min(m - r0);
+            for p in p0..p1 {
+                let cols = NR.min(n - p * NR);
+                let tile = Tile { x: &x[r0 * k..], k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]) };
+                // SAFETY: each panel writes only its own columns of rows r0..r0+rows, all
+                // inside `y` (checked above), so concurrent panels never overlap.
+                let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0 * n + p * NR), (rows - 1) * n + cols) };
+                match isa {
+                    // SAFETY: `isa` never exceeds what the CPU supports (see isa::current).
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512 => unsafe { x86::panel_avx512(&tile, y, n, rows, cols) },
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => unsafe { x86::panel_avx2(&tile, y, n, rows, cols) },
+                    _ => panel_scalar(&tile, y, n, rows, cols),
+                }
             }
         }
+    };
+    if threads > 1 && m * n * k >= 1 << 20 && panels >= 2 * threads {
+        let chunk = panels.div_ceil(threads);
+        rayon::scope(|s| {
+            for t in 0..threads {
+                let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
+                if p0 < p1 {
+                    let run = &run;
+                    s.spawn(move |_| run(p0, p1));
+                }
+            }
+        });
+    } else {
+        run(0, panels);
+    }
+}
+
+/// The output pointer shared by the threads of one product (they write disjoint columns).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
     }
 }
 
@@ -218,7 +251,7 @@ mod tests {
             let packed = PackedMatrix::pack(&w, n, k);
             for isa in isa::available() {
                 let mut y = vec![f32::NAN; m * n];
-                isa::with_isa(isa, || matmul_packed(&x, &packed, Some(&bias), &mut y, m));
+                isa::with_isa(isa, || matmul_packed(&x, &packed, Some(&bias), &mut y, m, 1));
                 for i in 0..m {
                     for j in 0..n {
                         let r: f32 = (0..k).map(|p| x[i * k + p] * w[j * k + p]).sum::<f32>() + bias[j];
