@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The test command: Rust unit tests, C tests against include/tolk.h (under valgrind when
+# available), the C example, and the Python parity tests against CTranslate2.
+# Models: $TOLK_MODELS (default models/, filled by scripts/fetch_models.sh, or ../shared/models).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${TOLK_MODELS:-}" ]; then
+    if [ -d models/zh-en-ct2 ]; then export TOLK_MODELS="$PWD/models";
+    elif [ -d ../shared/models/zh-en-ct2 ]; then export TOLK_MODELS="$(cd ../shared/models && pwd)"; fi
+fi
+if [ -z "${TOLK_DATA:-}" ]; then
+    if [ -d data ] && [ -f data/dev-matthew.zh ]; then export TOLK_DATA="$PWD/data";
+    elif [ -d ../shared/data ]; then export TOLK_DATA="$(cd ../shared/data && pwd)"; fi
+fi
+
+echo "== cargo build (release library, examples)"
+cargo build --release --lib --examples
+
+echo "== C example"
+make -C examples-c
+
+echo "== Rust unit tests and C API tests (cargo test)"
+cargo test --release
+
+echo "== Python parity tests against CTranslate2 (pytest)"
+python3 -m pytest -q tests/python

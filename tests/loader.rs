@@ -1,0 +1,159 @@
+//! Loader tests on models written from Rust: a valid model translates; truncated,
+//! bit-flipped and absurd files give clear errors and never panic or allocate wildly.
+mod common;
+
+use common::*;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use tolk::{ErrorKind, Model, TranslateOptions, Translator, TranslatorConfig};
+
+const VOCAB: usize = 12;
+
+fn load(dir: &std::path::Path) -> tolk::Result<Model> {
+    Model::load(dir)
+}
+
+#[test]
+fn a_valid_tiny_model_translates_with_greedy_and_beam() {
+    let dir = write_model_dir(&temp_dir("valid"), &tiny_model_bin(1, VOCAB), &tiny_vocabulary(VOCAB));
+    let model = load(&dir).expect("tiny model loads");
+    let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+    let source = vec![vec!["w3".to_string(), "w4".into(), "unknown-token".into()], vec![], vec!["w5".into()]];
+    for beam in [1, 3] {
+        let opts = TranslateOptions { beam_size: beam, num_hypotheses: beam.min(2), return_scores: true, max_decoding_length: 10, ..Default::default() };
+        let results = translator.translate_batch(&source, None, &opts).unwrap();
+        assert_eq!(results.len(), 3);
+        // An empty source translates to an empty hypothesis with score 0, as in CTranslate2.
+        assert_eq!(results[1].hypotheses, vec![Vec::<String>::new(); beam.min(2)]);
+        assert_eq!(results[1].scores, vec![0.0; beam.min(2)]);
+        for r in [&results[0], &results[2]] {
+            assert_eq!(r.hypotheses.len(), beam.min(2));
+            assert!(r.scores.iter().all(|s| s.is_finite() && *s <= 0.0));
+            assert!(r.hypotheses[0].len() <= 10);
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn missing_files_and_directories_are_io_errors() {
+    let err = load(std::path::Path::new("/nonexistent/tolk-model")).err().unwrap();
+    assert_eq!(err.kind, ErrorKind::Io);
+    let dir = temp_dir("missing-bin");
+    let err = load(&dir).err().unwrap();
+    assert_eq!(err.kind, ErrorKind::Io);
+    assert!(err.message.contains("model.bin"), "{}", err.message);
+    let dir = write_model_dir(&temp_dir("missing-vocab"), &tiny_model_bin(2, VOCAB), &tiny_vocabulary(VOCAB));
+    std::fs::remove_file(dir.join("shared_vocabulary.json")).unwrap();
+    assert_eq!(load(&dir).err().unwrap().kind, ErrorKind::Io);
+}
+
+#[test]
+fn old_binary_versions_are_refused_by_name() {
+    let mut bytes = tiny_model_bin(3, VOCAB);
+    bytes[..4].copy_from_slice(&4u32.to_le_bytes());
+    let dir = write_model_dir(&temp_dir("old"), &bytes, &tiny_vocabulary(VOCAB));
+    let err = load(&dir).err().unwrap();
+    assert_eq!(err.kind, ErrorKind::Unsupported);
+    assert!(err.message.contains("version 4"), "{}", err.message);
+}
+
+#[test]
+fn vocabulary_size_mismatch_is_reported() {
+    let dir = write_model_dir(&temp_dir("vocab-mismatch"), &tiny_model_bin(4, VOCAB), &tiny_vocabulary(VOCAB - 2));
+    let err = load(&dir).err().unwrap();
+    assert_eq!(err.kind, ErrorKind::InvalidModel);
+    assert!(err.message.contains("vocabulary"), "{}", err.message);
+}
+
+#[test]
+fn truncation_at_every_offset_is_a_clean_error() {
+    let bytes = tiny_model_bin(5, VOCAB);
+    let dir = write_model_dir(&temp_dir("truncate"), &bytes, &tiny_vocabulary(VOCAB));
+    let step = (bytes.len() / 600).max(1);
+    for len in (0..bytes.len()).step_by(step) {
+        std::fs::write(dir.join("model.bin"), &bytes[..len]).unwrap();
+        let outcome = catch_unwind(AssertUnwindSafe(|| load(&dir)));
+        match outcome {
+            Ok(Err(e)) => assert!(matches!(e.kind, ErrorKind::InvalidModel | ErrorKind::Unsupported), "{len}: {e}"),
+            Ok(Ok(_)) => panic!("a model truncated to {len} of {} bytes loaded", bytes.len()),
+            Err(_) => panic!("loading a model truncated to {len} bytes panicked"),
+        }
+    }
+}
+
+#[test]
+fn thousands_of_mutations_never_panic() {
+    let bytes = tiny_model_bin(6, VOCAB);
+    let vocab = tiny_vocabulary(VOCAB);
+    let dir = write_model_dir(&temp_dir("mutate"), &bytes, &vocab);
+    let mut rng = Rng::new(42);
+    let (mut loaded, mut refused) = (0, 0);
+    for i in 0..3000 {
+        let mut m = bytes.clone();
+        match i % 3 {
+            // Flip a few random bits.
+            0 => {
+                for _ in 0..1 + rng.below(4) {
+                    let p = rng.below(m.len());
+                    m[p] ^= 1 << rng.below(8);
+                }
+            }
+            // Overwrite an aligned-or-not u32 with a huge or random value (dims, sizes, counts).
+            1 => {
+                let p = rng.below(m.len() - 4);
+                let v: u32 = [u32::MAX, 0x7FFF_FFFF, 0x1000_0000, rng.next_u64() as u32][rng.below(4)];
+                m[p..p + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            // Insert or delete a byte.
+            _ => {
+                let p = rng.below(m.len());
+                if rng.below(2) == 0 {
+                    m.remove(p);
+                } else {
+                    m.insert(p, rng.next_u64() as u8);
+                }
+            }
+        }
+        std::fs::write(dir.join("model.bin"), &m).unwrap();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let model = load(&dir)?;
+            // A model that still loads must also translate without crashing.
+            let t = Translator::with_config(&model, &TranslatorConfig::default())?;
+            let src = vec![vec!["w3".to_string(), "w7".into()]];
+            t.translate_batch(&src, None, &TranslateOptions { max_decoding_length: 8, ..Default::default() })
+        }));
+        match outcome {
+            Ok(Ok(_)) => loaded += 1,
+            Ok(Err(_)) => refused += 1,
+            Err(_) => panic!("mutation #{i} made the loader or translator panic"),
+        }
+    }
+    assert!(refused > 1000, "most mutations should be refused ({refused} refused, {loaded} loaded)");
+}
+
+#[test]
+fn garbage_config_and_vocabulary_are_invalid_model_errors() {
+    let dir = write_model_dir(&temp_dir("garbage"), &tiny_model_bin(7, VOCAB), &tiny_vocabulary(VOCAB));
+    std::fs::write(dir.join("config.json"), "{not json").unwrap();
+    assert_eq!(load(&dir).err().unwrap().kind, ErrorKind::InvalidModel);
+    write_model_dir(&dir, &tiny_model_bin(7, VOCAB), &tiny_vocabulary(VOCAB));
+    std::fs::write(dir.join("shared_vocabulary.json"), "[1, 2, 3]").unwrap();
+    assert_eq!(load(&dir).err().unwrap().kind, ErrorKind::InvalidModel);
+    std::fs::write(dir.join("shared_vocabulary.json"), [0xff, 0xfe, 0x00]).unwrap();
+    assert_eq!(load(&dir).err().unwrap().kind, ErrorKind::InvalidModel);
+}
+
+#[test]
+fn very_long_inputs_are_truncated_and_unknown_tokens_map_to_unk() {
+    let dir = write_model_dir(&temp_dir("long"), &tiny_model_bin(8, VOCAB), &tiny_vocabulary(VOCAB));
+    let model = load(&dir).unwrap();
+    let t = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+    let long: Vec<String> = (0..5000).map(|i| format!("w{}", 3 + i % 9)).collect();
+    let opts = TranslateOptions { max_decoding_length: 5, beam_size: 1, ..Default::default() };
+    let truncated = t.translate_batch(&[long.clone()], None, &TranslateOptions { max_input_length: 100, ..opts.clone() }).unwrap();
+    let same_prefix = t.translate_batch(&[long[..99].to_vec()], None, &opts).unwrap();
+    assert_eq!(truncated, same_prefix, "truncation keeps the first tokens and the end token");
+    let unk = t.translate_batch(&[vec!["never-seen".into()]], None, &opts).unwrap();
+    let explicit = t.translate_batch(&[vec!["<unk>".into()]], None, &opts).unwrap();
+    assert_eq!(unk, explicit);
+}
