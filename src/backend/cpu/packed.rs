@@ -61,6 +61,9 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
     let isa = isa::current();
     let panels = n.div_ceil(NR);
     let out = OutPtr(y.as_mut_ptr());
+    // AVX-512 reads the rows of x interleaved in groups of 8 ([k][8] per group, zero
+    // padded), so the broadcasts in the kernel walk memory sequentially.
+    let x_interleaved = if isa == Isa::Avx512 { interleave_rows(x, m, k) } else { Vec::new() };
     let run = |p0: usize, p1: usize| {
         for r0 in (0..m).step_by(ROW_BLOCK) {
             let rows = ROW_BLOCK.min(m - r0);
@@ -73,7 +76,10 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
                 match isa {
                     // SAFETY: `isa` never exceeds what the CPU supports (see isa::current).
                     #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512 => unsafe { x86::panel_avx512(&tile, y, n, rows, cols) },
+                    Isa::Avx512 => unsafe {
+                        let xi = &x_interleaved[r0 * k..];
+                        x86::panel_avx512(&tile, xi, y, n, rows, cols)
+                    },
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => unsafe { x86::panel_avx2(&tile, y, n, rows, cols) },
                     _ => panel_scalar(&tile, y, n, rows, cols),
@@ -95,6 +101,20 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
     } else {
         run(0, panels);
     }
+}
+
+/// Rows of `x` regrouped 8 at a time as `[group][k][8]`, the last group zero-padded.
+fn interleave_rows(x: &[f32], m: usize, k: usize) -> Vec<f32> {
+    let groups = m.div_ceil(8);
+    let mut out = vec![0.0f32; groups * k * 8];
+    for r in 0..m {
+        let (g, lane) = (r / 8, r % 8);
+        let dst = &mut out[g * k * 8..(g + 1) * k * 8];
+        for (kk, &v) in x[r * k..(r + 1) * k].iter().enumerate() {
+            dst[kk * 8 + lane] = v;
+        }
+    }
+    out
 }
 
 /// The output pointer shared by the threads of one product (they write disjoint columns).
@@ -147,49 +167,34 @@ mod x86 {
         }
     }
 
-    /// AVX-512: tiles of MR rows x 32 columns (2 zmm per row).
+    /// AVX-512: tiles of 8 rows x 32 columns (2 zmm per row) over rows interleaved by
+    /// `interleave_rows` (`xi` starts at the row block; ROW_BLOCK is a multiple of 8).
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn panel_avx512(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
-        let mut r = 0;
-        while r + 8 <= rows {
-            tile_avx512::<8>(t, r, y, ldy, cols);
-            r += 8;
-        }
-        while r + 4 <= rows {
-            tile_avx512::<4>(t, r, y, ldy, cols);
-            r += 4;
-        }
-        while r < rows {
-            tile_avx512::<1>(t, r, y, ldy, cols);
-            r += 1;
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn tile_avx512<const MR: usize>(t: &Tile, r0: usize, y: &mut [f32], ldy: usize, cols: usize) {
-        let mut acc0 = [_mm512_setzero_ps(); MR];
-        let mut acc1 = [_mm512_setzero_ps(); MR];
+    pub unsafe fn panel_avx512(t: &Tile, xi: &[f32], y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
         let k = t.k;
-        let x = t.x.as_ptr().add(r0 * k);
         let w = t.panel.as_ptr();
-        for kk in 0..k {
-            // Stream the panel ahead of use: decoding is bound by reading the weights.
-            _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR + 16) as *const i8);
-            let w0 = _mm512_loadu_ps(w.add(kk * NR));
-            let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
-            for r in 0..MR {
-                let xv = _mm512_set1_ps(*x.add(r * k + kk));
-                acc0[r] = _mm512_fmadd_ps(xv, w0, acc0[r]);
-                acc1[r] = _mm512_fmadd_ps(xv, w1, acc1[r]);
+        for g in 0..rows.div_ceil(8) {
+            let x = xi.as_ptr().add(g * k * 8);
+            let mut acc0 = [_mm512_setzero_ps(); 8];
+            let mut acc1 = [_mm512_setzero_ps(); 8];
+            for kk in 0..k {
+                // Stream the panel ahead of use: decoding is bound by reading the weights.
+                _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR + 16) as *const i8);
+                let w0 = _mm512_loadu_ps(w.add(kk * NR));
+                let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
+                for r in 0..8 {
+                    let xv = _mm512_set1_ps(*x.add(kk * 8 + r));
+                    acc0[r] = _mm512_fmadd_ps(xv, w0, acc0[r]);
+                    acc1[r] = _mm512_fmadd_ps(xv, w1, acc1[r]);
+                }
             }
-        }
-        for r in 0..MR {
-            let mut row = [0.0f32; NR];
-            _mm512_storeu_ps(row.as_mut_ptr(), acc0[r]);
-            _mm512_storeu_ps(row.as_mut_ptr().add(16), acc1[r]);
-            store_row(&row, t, &mut y[(r0 + r) * ldy..], cols);
+            for r in 0..(rows - g * 8).min(8) {
+                let mut row = [0.0f32; NR];
+                _mm512_storeu_ps(row.as_mut_ptr(), acc0[r]);
+                _mm512_storeu_ps(row.as_mut_ptr().add(16), acc1[r]);
+                store_row(&row, t, &mut y[(g * 8 + r) * ldy..], cols);
+            }
         }
     }
 
