@@ -17,6 +17,8 @@ pub struct WeightReader<'a> {
     used: RefCell<BTreeSet<String>>,
     /// Converted tensors by stored name: aliases (tied embeddings) share one copy.
     converted: RefCell<HashMap<String, Weight>>,
+    /// Packed matrices by stored name, for weights shared by several layers.
+    packed: RefCell<HashMap<String, Arc<PackedMatrix>>>,
 }
 
 /// A weight shared by the layers that use it (tied embeddings and projections).
@@ -24,7 +26,12 @@ pub type Weight = Arc<Tensor>;
 
 impl<'a> WeightReader<'a> {
     pub fn new(bin: &'a ModelBin) -> Self {
-        WeightReader { bin, used: RefCell::new(BTreeSet::new()), converted: RefCell::new(HashMap::new()) }
+        WeightReader {
+            bin,
+            used: RefCell::new(BTreeSet::new()),
+            converted: RefCell::new(HashMap::new()),
+            packed: RefCell::new(HashMap::new()),
+        }
     }
 
     fn mark(&self, name: &str) {
@@ -61,6 +68,37 @@ impl<'a> WeightReader<'a> {
             self.converted.borrow_mut().insert(stored, Arc::clone(&t));
         }
         Ok(t)
+    }
+
+    /// The stored variable a name refers to (after aliases).
+    pub fn stored_name(&self, name: &str) -> Option<String> {
+        self.bin.resolve(name).map(|v| v.name.clone())
+    }
+
+    /// A weight `[n, k]` packed for `matmul_packed`; shared weights are packed once.
+    pub fn packed(&self, name: &str, n: usize, k: usize) -> Result<Arc<PackedMatrix>> {
+        let stored = self.stored_name(name).unwrap_or_default();
+        if let Some(p) = self.packed.borrow().get(&stored) {
+            if (p.rows(), p.cols()) != (n, k) {
+                return Err(Error::invalid_model(format!("model.bin: {name} is [{}, {}], expected [{n}, {k}]", p.rows(), p.cols())));
+            }
+            self.mark(name);
+            return Ok(Arc::clone(p));
+        }
+        let weight = self.tensor(name)?;
+        check_shape(name, &weight, &[n, k])?;
+        let p = Arc::new(PackedMatrix::pack(&weight, n, k));
+        if self.bin.is_alias_target(&stored) {
+            self.packed.borrow_mut().insert(stored, Arc::clone(&p));
+        }
+        Ok(p)
+    }
+
+    /// Drops the converted copy of a shared weight once its packed form is all that is used.
+    pub fn forget_converted(&self, name: &str) {
+        if let Some(stored) = self.stored_name(name) {
+            self.converted.borrow_mut().remove(&stored);
+        }
     }
 
     pub fn opt_tensor(&self, name: &str) -> Result<Option<Weight>> {
@@ -154,19 +192,18 @@ fn check_shape(name: &str, t: &Tensor, expected: &[usize]) -> Result<()> {
 
 /// `y = x · Wᵀ + b` with `W` stored [out, in].
 pub struct Linear {
-    weight: PackedMatrix,
+    weight: Arc<PackedMatrix>,
     bias: Option<Weight>,
 }
 
 impl Linear {
     pub fn load(w: &WeightReader, scope: &str, out_dim: usize, in_dim: usize) -> Result<Linear> {
-        let weight = w.tensor(&format!("{scope}/weight"))?;
-        check_shape(&format!("{scope}/weight"), &weight, &[out_dim, in_dim])?;
+        let weight = w.packed(&format!("{scope}/weight"), out_dim, in_dim)?;
         let bias = w.opt_tensor(&format!("{scope}/bias"))?;
         if let Some(b) = &bias {
             check_shape(&format!("{scope}/bias"), b, &[out_dim])?;
         }
-        Ok(Linear { weight: PackedMatrix::pack(&weight, out_dim, in_dim), bias })
+        Ok(Linear { weight, bias })
     }
 
     pub fn out_dim(&self) -> usize {
@@ -175,6 +212,10 @@ impl Linear {
 
     pub fn in_dim(&self) -> usize {
         self.weight.cols()
+    }
+
+    pub fn weight(&self) -> &Arc<PackedMatrix> {
+        &self.weight
     }
 
     /// Computes `rows` outputs into `out` (resized to rows × out_dim).
@@ -281,5 +322,53 @@ pub fn embeddings_scale(w: &WeightReader, scope: &str, dim: usize) -> Result<Opt
 impl WeightReader<'_> {
     fn bin_raw_dtype_is_int8(&self, name: &str) -> bool {
         self.bin.resolve(name).map(|v| v.dtype == crate::format::ct2::DType::I8).unwrap_or(false)
+    }
+}
+
+/// An embedding table: dense rows, or the packed output projection it is tied to (so a
+/// shared 65k x 512 matrix is stored once).
+pub enum EmbeddingTable {
+    Dense(Weight),
+    Packed(Arc<PackedMatrix>),
+}
+
+impl EmbeddingTable {
+    /// Loads `name`, reusing the packed projection when the model ties them together.
+    pub fn load(w: &WeightReader, name: &str, tied_projection: &str) -> Result<EmbeddingTable> {
+        let dims = w.dims(name)?;
+        if dims.len() != 2 || dims[0] == 0 || dims[1] == 0 {
+            return Err(Error::invalid_model(format!("model.bin: {name} has shape {dims:?}, expected [vocabulary, d]")));
+        }
+        if w.contains(tied_projection) && w.stored_name(name) == w.stored_name(tied_projection) {
+            let packed = w.packed(name, dims[0], dims[1])?;
+            w.forget_converted(name);
+            return Ok(EmbeddingTable::Packed(packed));
+        }
+        Ok(EmbeddingTable::Dense(w.tensor(name)?))
+    }
+
+    pub fn rows(&self) -> usize {
+        match self {
+            EmbeddingTable::Dense(t) => t.rows(),
+            EmbeddingTable::Packed(p) => p.rows(),
+        }
+    }
+
+    pub fn dim(&self) -> usize {
+        match self {
+            EmbeddingTable::Dense(t) => t.row_len(),
+            EmbeddingTable::Packed(p) => p.cols(),
+        }
+    }
+
+    /// Writes row `id` scaled by `scale` into `out`.
+    pub fn lookup(&self, id: usize, scale: Option<f32>, out: &mut [f32]) {
+        match self {
+            EmbeddingTable::Dense(t) => out.copy_from_slice(t.row(id)),
+            EmbeddingTable::Packed(p) => p.copy_row(id, out),
+        }
+        if let Some(s) = scale {
+            out.iter_mut().for_each(|v| *v *= s);
+        }
     }
 }

@@ -4,7 +4,7 @@
 use crate::backend::cpu::{ops, Ctx};
 use crate::error::{Error, Result};
 use crate::model::attention::{attend_row, CrossAttention, FeedForward, KvView, Scratch, SelfAttention};
-use crate::model::layers::{embeddings_scale, Linear, Norm, Positions, Weight, WeightReader};
+use crate::model::layers::{embeddings_scale, EmbeddingTable, Linear, Norm, Positions, WeightReader};
 
 /// Options shared by the layers of one stack.
 struct StackOptions {
@@ -18,7 +18,7 @@ pub struct EncoderLayer {
 }
 
 pub struct Encoder {
-    embeddings: Weight,
+    embeddings: EmbeddingTable,
     scale: Option<f32>,
     positions: Positions,
     layernorm_embedding: Option<Norm>,
@@ -34,7 +34,7 @@ pub struct DecoderLayer {
 }
 
 pub struct Decoder {
-    embeddings: Weight,
+    embeddings: EmbeddingTable,
     scale: Option<f32>,
     zero_start_embedding: bool,
     positions: Positions,
@@ -63,13 +63,8 @@ fn count_layers(w: &WeightReader, scope: &str) -> usize {
     (0..).take_while(|i| w.contains(&format!("{scope}/layer_{i}/ffn/linear_0/weight"))).count()
 }
 
-fn read_embeddings(w: &WeightReader, name: &str) -> Result<Weight> {
-    let t = w.tensor(name)?;
-    if t.shape().len() != 2 || t.shape()[0] == 0 || t.shape()[1] == 0 {
-        return Err(Error::invalid_model(format!("model.bin: {name} has shape {:?}, expected [vocabulary, d]", t.shape())));
-    }
-    Ok(t)
-}
+/// The output projection that shared-vocabulary models tie their embeddings to.
+const PROJECTION: &str = "decoder/projection/weight";
 
 impl Encoder {
     pub fn load(w: &WeightReader, eps: Option<f32>) -> Result<Encoder> {
@@ -77,9 +72,9 @@ impl Encoder {
         if w.contains("encoder/embeddings_1/weight") {
             return Err(Error::unsupported("models with several source features (source factors) are not supported"));
         }
-        let embeddings = read_embeddings(w, "encoder/embeddings_0/weight")
-            .or_else(|_| read_embeddings(w, "encoder/embeddings/weight"))?;
-        let d = embeddings.row_len();
+        let name = if w.contains("encoder/embeddings_0/weight") { "encoder/embeddings_0/weight" } else { "encoder/embeddings/weight" };
+        let embeddings = EmbeddingTable::load(w, name, PROJECTION)?;
+        let d = embeddings.dim();
         let opts = read_stack_options(w, scope, d)?;
         let activation = read_activation(w, scope)?;
         let n = count_layers(w, scope);
@@ -115,7 +110,7 @@ impl Encoder {
 
     /// Encodes a batch of id sequences. Rows of all sequences are concatenated (no padding).
     pub fn forward(&self, ctx: &Ctx, sequences: &[Vec<u32>]) -> EncoderOutput {
-        let d = self.embeddings.row_len();
+        let d = self.embeddings.dim();
         let mut offsets = Vec::with_capacity(sequences.len());
         let mut total = 0;
         for s in sequences {
@@ -126,10 +121,7 @@ impl Encoder {
         for (seq, &off) in sequences.iter().zip(&offsets) {
             for (t, &id) in seq.iter().enumerate() {
                 let row = &mut x[(off + t) * d..(off + t + 1) * d];
-                row.copy_from_slice(self.embeddings.row(id as usize));
-                if let Some(s) = self.scale {
-                    row.iter_mut().for_each(|v| *v *= s);
-                }
+                self.embeddings.lookup(id as usize, self.scale, row);
                 self.positions.add(t, row);
             }
         }
@@ -157,7 +149,7 @@ impl Encoder {
         lengths: &[usize],
         scratch: &mut Scratch,
     ) {
-        let d = self.embeddings.row_len();
+        let d = self.embeddings.dim();
         let rows = x.len() / d;
         let heads = self.opts.num_heads;
         let head_dim = d / heads;
@@ -262,8 +254,8 @@ impl DecoderState {
 impl Decoder {
     pub fn load(w: &WeightReader, eps: Option<f32>) -> Result<Decoder> {
         let scope = "decoder";
-        let embeddings = read_embeddings(w, "decoder/embeddings/weight")?;
-        let d = embeddings.row_len();
+        let embeddings = EmbeddingTable::load(w, "decoder/embeddings/weight", PROJECTION)?;
+        let d = embeddings.dim();
         let opts = read_stack_options(w, scope, d)?;
         let activation = read_activation(w, scope)?;
         let n = count_layers(w, scope);
@@ -342,7 +334,7 @@ impl Decoder {
     /// Runs one decoding step for every row of `state` with input `ids` (one per row) and
     /// writes the logits [rows, vocabulary] into `logits`.
     pub fn step(&self, ctx: &Ctx, ids: &[u32], state: &mut DecoderState, logits: &mut Vec<f32>) {
-        let d = self.embeddings.row_len();
+        let d = self.embeddings.dim();
         let rows = ids.len();
         debug_assert_eq!(rows, state.num_rows());
         let step = state.step;
@@ -355,10 +347,7 @@ impl Decoder {
                 // Marian starts decoding from a zero vector instead of the <s> embedding.
                 row.fill(0.0);
             } else {
-                row.copy_from_slice(self.embeddings.row(id as usize));
-                if let Some(s) = self.scale {
-                    row.iter_mut().for_each(|v| *v *= s);
-                }
+                self.embeddings.lookup(id as usize, self.scale, row);
             }
             self.positions.add(step, row);
         }
@@ -407,7 +396,7 @@ impl Decoder {
         state: &mut DecoderState,
         scratch: &mut Scratch,
     ) {
-        let d = self.embeddings.row_len();
+        let d = self.embeddings.dim();
         let rows = state.num_rows();
         let (heads, head_dim) = (self.opts.num_heads, d / self.opts.num_heads);
         let scale = 1.0 / (head_dim as f32).sqrt();
@@ -452,7 +441,7 @@ impl Decoder {
         state: &mut DecoderState,
         scratch: &mut Scratch,
     ) {
-        let d = self.embeddings.row_len();
+        let d = self.embeddings.dim();
         let rows = state.num_rows();
         let (heads, head_dim) = (self.opts.num_heads, d / self.opts.num_heads);
         let scale = 1.0 / (head_dim as f32).sqrt();

@@ -45,6 +45,14 @@ impl PackedMatrix {
         self.k
     }
 
+    /// Copies row `i` of the original matrix (an embedding lookup on a tied projection).
+    pub fn copy_row(&self, i: usize, out: &mut [f32]) {
+        let (panel, c) = (self.panel(i / NR), i % NR);
+        for (kk, o) in out[..self.k].iter_mut().enumerate() {
+            *o = panel[kk * NR + c];
+        }
+    }
+
     fn panel(&self, p: usize) -> &[f32] {
         &self.data[p * self.k * NR..(p + 1) * self.k * NR]
     }
