@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::model::layers::{Linear, Norm, WeightReader};
 
 /// Dot product with 8 independent accumulators so the compiler can vectorize it.
-#[inline]
+#[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
@@ -41,8 +41,45 @@ impl KvView<'_> {
 }
 
 /// One query row attending over `len` keys/values, all heads; writes [num_heads * head_dim].
+/// The same loops are compiled for AVX-512 and AVX2 and picked by `isa::current()`.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_row(
+    query: &[f32],
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::backend::cpu::isa::{self, Isa};
+        #[target_feature(enable = "avx512f")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn avx512(q: &[f32], k: KvView, v: KvView, len: usize, h: usize, hd: usize, s: f32, sc: &mut Vec<f32>, o: &mut [f32]) {
+            attend_row_generic(q, k, v, len, h, hd, s, sc, o)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn avx2(q: &[f32], k: KvView, v: KvView, len: usize, h: usize, hd: usize, s: f32, sc: &mut Vec<f32>, o: &mut [f32]) {
+            attend_row_generic(q, k, v, len, h, hd, s, sc, o)
+        }
+        match isa::current() {
+            // SAFETY: isa::current() never reports more than the CPU supports.
+            Isa::Avx512 => return unsafe { avx512(query, keys, values, len, num_heads, head_dim, scale, scores, out) },
+            Isa::Avx2 => return unsafe { avx2(query, keys, values, len, num_heads, head_dim, scale, scores, out) },
+            Isa::Scalar => {}
+        }
+    }
+    attend_row_generic(query, keys, values, len, num_heads, head_dim, scale, scores, out)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_row_generic(
     query: &[f32],
     keys: KvView,
     values: KvView,
