@@ -279,7 +279,9 @@ impl Translator {
             None => options.max_decoding_length,
         };
         let end_ids = vec![match &options.end_token {
-            Some(t) => tv.id_or_unk(t),
+            Some(t) => tv
+                .id(t)
+                .ok_or_else(|| Error::invalid_argument(format!("end_token {t:?} is not in the target vocabulary")))?,
             None => tv.id_or_unk(&m.config.eos_token),
         }];
         let params = SearchParams {
