@@ -4,7 +4,7 @@ use std::time::Instant;
 use tolk::backend::cpu::{isa, packed};
 
 fn main() {
-    for &(m, n, k) in &[(1, 65000, 512), (8, 65000, 512), (32, 65000, 512), (128, 2048, 512), (32, 512, 2048), (1024, 2048, 512)] {
+    for &(m, n, k) in &[(1, 65000, 512), (8, 65000, 512), (32, 65000, 512), (128, 65000, 512), (128, 2048, 512), (32, 512, 2048), (1024, 2048, 512)] {
         let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.1).collect();
         let w: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 * 0.1).collect();
         let p = packed::PackedMatrix::pack(&w, n, k);

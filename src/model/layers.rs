@@ -220,8 +220,13 @@ impl Linear {
 
     /// Computes `rows` outputs into `out` (resized to rows × out_dim).
     pub fn forward(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
-        out.clear();
-        out.resize(rows * self.out_dim(), 0.0);
+        // Every element is overwritten, so only newly grown space is initialized (zeroing
+        // the 65k-wide logits of every step would cost as much as writing them).
+        let needed = rows * self.out_dim();
+        if out.len() < needed {
+            out.resize(needed, 0.0);
+        }
+        out.truncate(needed);
         matmul_packed(x, &self.weight, self.bias.as_deref().map(|b| &b[..]), out, rows, ctx.threads);
     }
 }

@@ -10,8 +10,11 @@ use super::isa::{self, Isa};
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
-/// Rows of `x` processed while one panel is hot in cache.
-const ROW_BLOCK: usize = 96;
+/// Rows of `x` processed while one panel is hot in cache: as many as keep the
+/// interleaved block of `x` within about 512 KiB of L2 (a multiple of 8, at least 8).
+fn row_block(k: usize) -> usize {
+    ((128 * 1024 / k.max(1)) / 8 * 8).clamp(8, 512)
+}
 
 /// A weight matrix `[n, k]` (row = output feature) packed for `matmul_packed`.
 pub struct PackedMatrix {
@@ -72,9 +75,10 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
     // AVX-512 reads the rows of x interleaved in groups of 8 ([k][8] per group, zero
     // padded), so the broadcasts in the kernel walk memory sequentially.
     let x_interleaved = if isa == Isa::Avx512 { interleave_rows(x, m, k) } else { Vec::new() };
+    let block = row_block(k);
     let run = |p0: usize, p1: usize| {
-        for r0 in (0..m).step_by(ROW_BLOCK) {
-            let rows = ROW_BLOCK.min(m - r0);
+        for r0 in (0..m).step_by(block) {
+            let rows = block.min(m - r0);
             for p in p0..p1 {
                 let cols = NR.min(n - p * NR);
                 let tile = Tile { x: &x[r0 * k..], k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]) };
@@ -176,7 +180,7 @@ mod x86 {
     }
 
     /// AVX-512: tiles of 8 rows x 32 columns (2 zmm per row) over rows interleaved by
-    /// `interleave_rows` (`xi` starts at the row block; ROW_BLOCK is a multiple of 8).
+    /// `interleave_rows` (`xi` starts at the row block; blocks are multiples of 8 rows).
     #[target_feature(enable = "avx512f")]
     pub unsafe fn panel_avx512(t: &Tile, xi: &[f32], y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
         let k = t.k;
