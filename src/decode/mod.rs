@@ -81,3 +81,110 @@ pub(crate) fn finalize(mut hyps: Vec<(Vec<u32>, f32)>, n: usize, length_penalty:
     let scores = if return_scores { hyps.iter().map(|h| h.1).collect() } else { Vec::new() };
     Hypotheses { ids: hyps.into_iter().map(|h| h.0).collect(), scores }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A decoder whose logits depend only on the step: `table[step][token]`, the same for
+    /// every row. The state records which rows survive, to check the row bookkeeping.
+    struct Scripted {
+        table: Vec<Vec<f32>>,
+    }
+
+    impl StepDecoder for Scripted {
+        type State = (usize, Vec<usize>); // (step, live row ids)
+        fn vocabulary_size(&self) -> usize {
+            self.table[0].len()
+        }
+        fn step(&self, _ctx: &Ctx, ids: &[u32], state: &mut Self::State, logits: &mut Vec<f32>) {
+            assert_eq!(ids.len(), state.1.len(), "one input per live row");
+            let row = &self.table[state.0.min(self.table.len() - 1)];
+            logits.clear();
+            for _ in ids {
+                logits.extend_from_slice(row);
+            }
+            state.0 += 1;
+        }
+        fn select_rows(&self, state: &mut Self::State, rows: &[usize]) {
+            state.1 = rows.iter().map(|&r| state.1[r]).collect();
+        }
+    }
+
+    const EOS: u32 = 1;
+
+    fn params(beam: usize) -> SearchParams {
+        SearchParams {
+            beam_size: beam,
+            patience: 1.0,
+            length_penalty: 1.0,
+            num_hypotheses: 1,
+            max_length: 10,
+            min_length: 0,
+            end_ids: vec![EOS],
+            disabled_ids: vec![],
+            return_scores: true,
+        }
+    }
+
+    fn start(n: usize, prefix: Vec<u32>) -> Vec<StartTokens> {
+        (0..n).map(|_| StartTokens { start: 0, prefix: prefix.clone() }).collect()
+    }
+
+    // Vocabulary: 0 = <s>, 1 = </s>, 2..4 words. Step 0 prefers 2, step 1 prefers 3, then </s>.
+    fn scripted() -> Scripted {
+        Scripted {
+            table: vec![vec![-9.0, -5.0, 3.0, 1.0, 0.0], vec![-9.0, -5.0, 0.0, 3.0, 1.0], vec![-9.0, 4.0, 0.0, 0.0, 0.0]],
+        }
+    }
+
+    #[test]
+    fn greedy_follows_the_argmax_and_scores_with_log_probabilities() {
+        let d = scripted();
+        let mut state = (0, vec![0, 1]);
+        let out = greedy::greedy_search(&Ctx::default(), &d, &mut state, &start(2, vec![]), &params(1));
+        assert_eq!(out[0].ids, vec![vec![2, 3, EOS]]);
+        let mut expected = 0.0;
+        for (step, tok) in [(0, 2), (1, 3), (2, 1)] {
+            let mut row = d.table[step].clone();
+            crate::backend::cpu::ops::log_softmax(&mut row);
+            expected += row[tok];
+        }
+        assert!((out[0].scores[0] - expected / 3.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn greedy_forces_the_prefix_and_respects_min_and_max_length() {
+        let d = scripted();
+        let mut p = params(1);
+        p.max_length = 2;
+        let out = greedy::greedy_search(&Ctx::default(), &d, &mut (0, vec![0]), &start(1, vec![4]), &p);
+        assert_eq!(out[0].ids, vec![vec![4, 3]], "prefix token forced, then cut at max_length");
+        let mut p = params(1);
+        p.min_length = 4;
+        p.max_length = 5;
+        let out = greedy::greedy_search(&Ctx::default(), &d, &mut (0, vec![0]), &start(1, vec![]), &p);
+        assert_eq!(out[0].ids[0].len(), 5, "</s> is disabled before min_length");
+        assert_ne!(out[0].ids[0][2], EOS);
+    }
+
+    #[test]
+    fn beam_search_returns_sorted_n_best() {
+        let d = scripted();
+        let mut p = params(3);
+        p.num_hypotheses = 3;
+        let out = beam::beam_search(&Ctx::default(), &d, &mut (0, vec![0]), &start(1, vec![]), &p);
+        assert_eq!(out[0].ids.len(), 3);
+        assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
+        assert!(out[0].scores.windows(2).all(|w| w[0] >= w[1]));
+    }
+
+    #[test]
+    fn disabled_tokens_are_never_chosen() {
+        let d = scripted();
+        let mut p = params(1);
+        p.disabled_ids = vec![2];
+        let out = greedy::greedy_search(&Ctx::default(), &d, &mut (0, vec![0]), &start(1, vec![]), &p);
+        assert!(!out[0].ids[0].contains(&2));
+    }
+}
