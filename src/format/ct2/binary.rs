@@ -339,3 +339,84 @@ impl ModelBin {
         let _ = unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn str_bytes(out: &mut Vec<u8>, s: &str) {
+        out.extend_from_slice(&((s.len() + 1) as u16).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+        out.push(0);
+    }
+
+    fn var(out: &mut Vec<u8>, name: &str, shape: &[u32], dtype: u8, data: &[u8]) {
+        str_bytes(out, name);
+        out.push(shape.len() as u8);
+        shape.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
+        out.push(dtype);
+        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(data);
+    }
+
+    fn parse_bytes(bytes: &[u8]) -> Result<ModelBin> {
+        let mut map = memmap2::MmapMut::map_anon(bytes.len()).unwrap();
+        map.copy_from_slice(bytes);
+        ModelBin::parse(Arc::new(map.make_read_only().unwrap()))
+    }
+
+    /// A model.bin with an int8 weight (2 x 2, per-row scales), an int16 scalar-scaled
+    /// weight, a float16 vector and an alias to the int8 weight.
+    fn sample() -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&6u32.to_le_bytes());
+        str_bytes(&mut b, "TransformerSpec");
+        b.extend_from_slice(&7u32.to_le_bytes());
+        b.extend_from_slice(&5u32.to_le_bytes());
+        var(&mut b, "a/weight", &[2, 2], 1, &[10u8, 246, 127, 0]); // [[10, -10], [127, 0]]
+        let scales: Vec<u8> = [10f32, 127f32].iter().flat_map(|v| v.to_le_bytes()).collect();
+        var(&mut b, "a/weight_scale", &[2], 0, &scales);
+        var(&mut b, "h", &[2], 4, &[f16::from_f32(0.5).to_le_bytes(), f16::from_f32(-2.0).to_le_bytes()].concat());
+        var(&mut b, "q/weight", &[2], 2, &[100i16.to_le_bytes(), (-50i16).to_le_bytes()].concat());
+        var(&mut b, "q/weight_scale", &[], 0, &100f32.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        str_bytes(&mut b, "tied/weight");
+        str_bytes(&mut b, "a/weight");
+        b
+    }
+
+    #[test]
+    fn dequantizes_and_follows_aliases_with_their_scales() {
+        let bin = parse_bytes(&sample()).unwrap();
+        assert_eq!(bin.binary_version, 6);
+        assert_eq!(&bin.tensor("a/weight").unwrap()[..], &[1.0, -1.0, 1.0, 0.0]);
+        assert_eq!(&bin.tensor("tied/weight").unwrap()[..], &[1.0, -1.0, 1.0, 0.0]);
+        assert!(bin.resolve("tied/weight_scale").is_some(), "an alias also maps <alias>_scale");
+        assert_eq!(&bin.tensor("h").unwrap()[..], &[0.5, -2.0]);
+        assert_eq!(&bin.tensor("q/weight").unwrap()[..], &[1.0, -0.5]);
+        assert!(bin.is_alias_target("a/weight") && !bin.is_alias_target("h"));
+        assert_eq!(bin.scalar("q/weight_scale").unwrap(), Some(100.0));
+    }
+
+    #[test]
+    fn inconsistent_sizes_unknown_dtypes_and_dangling_aliases_are_errors() {
+        let good = sample();
+        // The first variable's dtype byte sits after: version, spec string, revision,
+        // count, name, rank, dims.
+        let dtype_at = 4 + 2 + 16 + 4 + 4 + 2 + 9 + 1 + 8;
+        assert_eq!(good[dtype_at], 1);
+        let mut bad = good.clone();
+        bad[dtype_at] = 9;
+        assert!(parse_bytes(&bad).err().unwrap().message.contains("dtype"));
+        let mut bad = good.clone();
+        bad[dtype_at + 1] = 5; // num_bytes no longer matches the shape
+        assert!(parse_bytes(&bad).is_err());
+        let mut bad = good.clone();
+        let n = bad.len();
+        bad[n - 9..n - 1].copy_from_slice(b"missing!");
+        assert!(parse_bytes(&bad).err().unwrap().message.contains("alias"));
+        let mut bad = good;
+        bad.push(0);
+        assert!(parse_bytes(&bad).err().unwrap().message.contains("trailing"));
+    }
+}
