@@ -30,7 +30,7 @@ static void usage(FILE *out) {
             "  --max-decoding-length N  (default 256)\n"
             "  --length-penalty F     (default 1.0)\n"
             "  --scores               prefix each line with its score and \" ||| \"\n"
-            "  --verbose              print the library version to stderr\n");
+            "  --verbose              print the library version and CPU kernel path to stderr\n");
 }
 
 static int fail(const char *what) {
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
     if (!tokens_mode) return fail("text mode needs the built-in tokenizer (not available yet); use --tokens");
     opts.num_hypotheses = n_best;
     opts.return_scores = scores;
-    if (verbose) fprintf(stderr, "tolk %s (ABI %u)\n", tolk_version(), tolk_abi_version());
+    if (verbose) fprintf(stderr, "tolk %s (ABI %u), CPU kernels: %s\n", tolk_version(), tolk_abi_version(), tolk_cpu_isa());
 
     /* Read every line of stdin. */
     size_t count = 0, cap = 64;

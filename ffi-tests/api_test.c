@@ -51,6 +51,8 @@ static void test_versions(void) {
     CHECK(tolk_abi_version() == TOLK_ABI_VERSION);
     CHECK(strlen(tolk_version()) > 0);
     CHECK(strcmp(tolk_status_string(TOLK_OK), "ok") == 0);
+    const char *isa = tolk_cpu_isa();
+    CHECK(!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512"));
 }
 
 static void test_null_pointers(void) {

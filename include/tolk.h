@@ -211,6 +211,12 @@ const char *tolk_version(void);
 uint32_t tolk_abi_version(void);
 
 /**
+ * The CPU kernel path in use: "scalar", "avx2" or "avx512" (chosen by CPUID, or forced
+ * lower with the environment variable TOLK_CPU_ISA). Static string.
+ */
+const char *tolk_cpu_isa(void);
+
+/**
  * Message of the most recent failed call on this thread ("" if none). The pointer stays
  * valid until the next failing tolk_ call on the same thread.
  */

@@ -222,6 +222,17 @@ pub extern "C" fn tolk_abi_version() -> u32 {
     TOLK_ABI_VERSION
 }
 
+/// The CPU kernel path in use: "scalar", "avx2" or "avx512" (chosen by CPUID, or forced
+/// lower with the environment variable TOLK_CPU_ISA). Static string.
+#[no_mangle]
+pub extern "C" fn tolk_cpu_isa() -> *const c_char {
+    match crate::backend::cpu::isa::current() {
+        crate::backend::cpu::isa::Isa::Scalar => c"scalar".as_ptr(),
+        crate::backend::cpu::isa::Isa::Avx2 => c"avx2".as_ptr(),
+        crate::backend::cpu::isa::Isa::Avx512 => c"avx512".as_ptr(),
+    }
+}
+
 /// Message of the most recent failed call on this thread ("" if none). The pointer stays
 /// valid until the next failing tolk_ call on the same thread.
 #[no_mangle]

@@ -157,3 +157,23 @@ fn very_long_inputs_are_truncated_and_unknown_tokens_map_to_unk() {
     let explicit = t.translate_batch(&[vec!["<unk>".into()]], None, &opts).unwrap();
     assert_eq!(unk, explicit);
 }
+
+#[test]
+fn every_cpu_kernel_path_translates_the_same() {
+    use tolk::backend::cpu::isa;
+    let dir = write_model_dir(&temp_dir("isa"), &tiny_model_bin(9, VOCAB), &tiny_vocabulary(VOCAB));
+    let model = load(&dir).unwrap();
+    let t = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+    let source: Vec<Vec<String>> = (0..6).map(|i| (0..3 + i).map(|j| format!("w{}", 3 + (i * 7 + j * 3) % 9)).collect()).collect();
+    let opts = TranslateOptions { beam_size: 2, num_hypotheses: 2, return_scores: true, max_decoding_length: 12, ..Default::default() };
+    let reference = isa::with_isa(isa::Isa::Scalar, || t.translate_batch(&source, None, &opts).unwrap());
+    for path in isa::available() {
+        let out = isa::with_isa(path, || t.translate_batch(&source, None, &opts).unwrap());
+        for (a, b) in out.iter().zip(&reference) {
+            assert_eq!(a.hypotheses, b.hypotheses, "{path:?} differs from the scalar reference");
+            for (x, y) in a.scores.iter().zip(&b.scores) {
+                assert!((x - y).abs() < 1e-4, "{path:?}: score {x} vs {y}");
+            }
+        }
+    }
+}
