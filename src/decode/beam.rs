@@ -64,20 +64,29 @@ pub fn beam_search<D: StepDecoder>(
 
     let mut logits = Vec::new();
     let mut candidates = Vec::with_capacity(num_candidates);
+    let mut row_candidates: Vec<(usize, f32)> = Vec::new();
     for step in 0..params.max_length {
         let is_expanded = !expand_after_first_step || step > 0;
         let rows_per_example = if is_expanded { beam } else { 1 };
         decoder.step(ctx, &inputs, state, &mut logits);
+        // Candidates of each row: its best 2 x beam tokens by logit. Log-probabilities are
+        // only formed for them (log_softmax is monotonic within a row), with the same
+        // arithmetic as a full log-softmax: (logit - logsumexp) + beam score.
+        row_candidates.clear();
         for (r, row) in logits.chunks_exact_mut(vocab).enumerate() {
             disable(row, &params.disabled_ids);
             if step < params.min_length {
                 disable(row, &params.end_ids);
             }
-            ops::log_softmax(row);
-            if let Some(&s) = beam_scores.get(r) {
-                row.iter_mut().for_each(|v| *v += s);
-            }
+            let shift = ops::log_sum_exp(row);
+            let beam_score = beam_scores.get(r).copied();
+            top_k(row, num_candidates, &mut candidates);
+            row_candidates.extend(candidates.iter().map(|&(id, logit)| {
+                let log_prob = logit - shift;
+                (r * vocab + id, beam_score.map_or(log_prob, |s| log_prob + s))
+            }));
         }
+        let per_row = num_candidates.min(vocab);
 
         let last_step = step + 1 == params.max_length;
         let mut next_live = Vec::with_capacity(live.len());
@@ -87,13 +96,15 @@ pub fn beam_search<D: StepDecoder>(
         let mut next_sequences = Vec::with_capacity(live.len() * beam);
         for (i, mut beams) in live.into_iter().enumerate() {
             let first_row = i * rows_per_example;
-            let block = &logits[first_row * vocab..(first_row + rows_per_example) * vocab];
-            top_k(block, num_candidates, &mut candidates);
+            // Best candidates over this example's rows (flat index = row * vocab + token).
+            let block = &row_candidates[first_row * per_row..(first_row + rows_per_example) * per_row];
+            candidates.clear();
+            candidates.extend_from_slice(block);
+            candidates.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal).then(a.0.cmp(&b.0)));
+            candidates.truncate(num_candidates);
             // (word, score, source row) of each candidate.
-            let mut cands: Vec<(u32, f32, usize)> = candidates
-                .iter()
-                .map(|&(flat, score)| ((flat % vocab) as u32, score, first_row + flat / vocab))
-                .collect();
+            let mut cands: Vec<(u32, f32, usize)> =
+                candidates.iter().map(|&(flat, score)| ((flat % vocab) as u32, score, flat / vocab)).collect();
             let prefix = &starts[beams.example].prefix;
             if has_prefix && step <= prefix.len() {
                 for (k, c) in cands.iter_mut().enumerate() {

@@ -1,5 +1,5 @@
-//! Greedy search: the arg-max token at each step. Log-probabilities are only computed when
-//! scores are requested (the arg-max of the logits is the same).
+//! Greedy search: the arg-max token at each step. The log-probability of the chosen token
+//! is only computed when scores are requested (the arg-max of the logits is the same).
 use super::{disable, finalize, Hypotheses, SearchParams, StartTokens, StepDecoder};
 use crate::backend::cpu::{ops, Ctx};
 
@@ -29,10 +29,11 @@ pub fn greedy_search<D: StepDecoder>(
             if step < params.min_length {
                 disable(row, &params.end_ids);
             }
-            if params.return_scores {
-                ops::log_softmax(row);
-            }
             let (mut word, mut score) = ops::argmax(row);
+            if params.return_scores {
+                // The log-probability of the arg-max, as a full log-softmax would give it.
+                score -= ops::log_sum_exp(row);
+            }
             let prefix = &starts[ex].prefix;
             if step < prefix.len() {
                 // Forced prefix tokens do not count in the score (as in CTranslate2).
