@@ -1,6 +1,7 @@
 //! Multi-head attention. Projections run as batched matrix products over all rows; the
 //! attention itself runs per query row over that row's own keys, so no padding or mask
 //! is ever materialized (each sequence only sees its real length).
+use crate::backend::cpu::isa::dispatch_isa;
 use crate::backend::cpu::{ops, Ctx};
 use crate::error::Result;
 use crate::model::layers::{Linear, Norm, WeightReader};
@@ -54,27 +55,17 @@ pub fn attend_row(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::backend::cpu::isa::{self, Isa};
-        #[target_feature(enable = "avx512f")]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn avx512(q: &[f32], k: KvView, v: KvView, len: usize, h: usize, hd: usize, s: f32, sc: &mut Vec<f32>, o: &mut [f32]) {
-            attend_row_generic(q, k, v, len, h, hd, s, sc, o)
-        }
-        #[target_feature(enable = "avx2,fma")]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn avx2(q: &[f32], k: KvView, v: KvView, len: usize, h: usize, hd: usize, s: f32, sc: &mut Vec<f32>, o: &mut [f32]) {
-            attend_row_generic(q, k, v, len, h, hd, s, sc, o)
-        }
-        match isa::current() {
-            // SAFETY: isa::current() never reports more than the CPU supports.
-            Isa::Avx512 => return unsafe { avx512(query, keys, values, len, num_heads, head_dim, scale, scores, out) },
-            Isa::Avx2 => return unsafe { avx2(query, keys, values, len, num_heads, head_dim, scale, scores, out) },
-            Isa::Scalar => {}
-        }
-    }
-    attend_row_generic(query, keys, values, len, num_heads, head_dim, scale, scores, out)
+    dispatch_isa!(attend_row_generic(
+        query: &[f32],
+        keys: KvView,
+        values: KvView,
+        len: usize,
+        num_heads: usize,
+        head_dim: usize,
+        scale: f32,
+        scores: &mut Vec<f32>,
+        out: &mut [f32]
+    ) -> ())
 }
 
 #[inline(always)]

@@ -80,3 +80,30 @@ pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
     OVERRIDE.with(|o| o.set(previous));
     r
 }
+
+/// Compiles `$generic` a second and third time with AVX-512 and AVX2 enabled (so the
+/// compiler vectorizes it for them) and calls the version `isa::current()` selects.
+macro_rules! dispatch_isa {
+    ($generic:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            use $crate::backend::cpu::isa::{self, Isa};
+            #[target_feature(enable = "avx512f")]
+            unsafe fn avx512($($arg: $ty),*) -> $ret {
+                $generic($($arg),*)
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2($($arg: $ty),*) -> $ret {
+                $generic($($arg),*)
+            }
+            match isa::current() {
+                // SAFETY: isa::current() never reports more than the CPU supports.
+                Isa::Avx512 => return unsafe { avx512($($arg),*) },
+                Isa::Avx2 => return unsafe { avx2($($arg),*) },
+                Isa::Scalar => {}
+            }
+        }
+        $generic($($arg),*)
+    }};
+}
+pub(crate) use dispatch_isa;

@@ -1,4 +1,5 @@
 //! Row-wise and element-wise operations, written as plain loops the compiler vectorizes.
+use super::isa::dispatch_isa;
 
 /// Feed-forward activations, numbered as CTranslate2 stores them (`*/activation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +101,7 @@ pub fn softmax(x: &mut [f32]) {
 
 /// `max(x) + ln(sum(exp(x - max)))`: what log-softmax subtracts from every element.
 pub fn log_sum_exp(x: &[f32]) -> f32 {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = max_value(x);
     if !max.is_finite() {
         return max;
     }
@@ -113,28 +114,28 @@ pub fn log_softmax(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v -= shift);
 }
 
+/// The largest element (-inf for an empty slice; NaNs are ignored).
+pub fn max_value(x: &[f32]) -> f32 {
+    dispatch_isa!(max_generic(x: &[f32]) -> f32)
+}
+
+#[inline(always)]
+fn max_generic(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for l in 0..16 {
+            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
+        }
+    }
+    rest.iter().chain(acc.iter()).fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
 /// `sum(exp(x - shift))`, with a polynomial exp the compiler vectorizes (the libm call
 /// per element cost as much as a decoder layer over a 65k vocabulary).
 fn sum_exp_shifted(x: &[f32], shift: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use super::isa::{self, Isa};
-        #[target_feature(enable = "avx512f")]
-        unsafe fn avx512(x: &[f32], shift: f32) -> f32 {
-            sum_exp_generic(x, shift)
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(x: &[f32], shift: f32) -> f32 {
-            sum_exp_generic(x, shift)
-        }
-        match isa::current() {
-            // SAFETY: isa::current() never reports more than the CPU supports.
-            Isa::Avx512 => return unsafe { avx512(x, shift) },
-            Isa::Avx2 => return unsafe { avx2(x, shift) },
-            Isa::Scalar => {}
-        }
-    }
-    sum_exp_generic(x, shift)
+    dispatch_isa!(sum_exp_generic(x: &[f32], shift: f32) -> f32)
 }
 
 #[inline(always)]
