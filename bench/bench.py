@@ -1,77 +1,172 @@
 #!/usr/bin/env python3
-"""Tolk vs CTranslate2 on the same sentences, same options, in one invocation.
+"""Tolk vs CTranslate2 on the same zh->en dev verses, same options, one invocation.
 
-    python3 bench/bench.py [--limit 500] [--beams 1,4] [--compute-types float32]
+    python3 bench/bench.py [--limit N] [--beams 1,4] [--compute-types float32,int8]
+                           [--engines tolk,ct2] [--repeat K] [--models DIR] [--data DIR]
+                           [--json FILE]
 
-Each (engine, compute type, beam) run happens in a fresh subprocess so that its peak
-RSS (ru_maxrss, model load included) belongs to it alone; the timing covers
-translate_batch only. Sources are the zh dev verses tokenized with the model's
-SentencePiece model; BLEU is sacrebleu's corpus BLEU against the English verses.
-Prints a Markdown table (and --json FILE writes the rows).
+The source (dev-matthew.zh) is tokenized once with zh-en-ct2/sentencepiece.model, outside
+any timing. Each (engine, compute type, decoding) runs in its own fresh subprocess that
+loads the model, then times translate_batch only (max_batch_size 32, batch_type
+"examples", one thread: Tolk intra_threads=1; CTranslate2 device="cpu", intra_threads=1,
+inter_threads=1), best of --repeat. Target tokens = all output tokens (SentencePiece
+pieces, no </s>). BLEU = sacrebleu corpus BLEU of the detokenized pieces
+("".join(pieces).replace("▁", " ").strip()) against dev-matthew.en. Peak RSS = the
+worker's VmHWM (model load included; ru_maxrss is not used because a child inherits its
+parent's high-water mark across fork+exec). Prints one Markdown table and the Tolk/CT2
+tokens/s ratio of each configuration; --json FILE saves the rows.
 """
 import argparse
+import datetime
 import json
 import os
+import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOLK_PY = os.path.join(ROOT, "examples-c", "python")
+ENGINE_NAMES = {"tolk": "Tolk", "ct2": "CTranslate2"}
 
 
-def default_dir(env, local, shared):
+def default_dir(env, name):
+    """$env, else ../shared/<name> beside the repository, else <name>/ in it."""
     if os.environ.get(env):
-        return os.environ[env]
-    for candidate in (os.path.join(ROOT, local), os.path.join(ROOT, "..", "shared", shared)):
+        return os.path.abspath(os.environ[env])
+    for candidate in (os.path.join(ROOT, "..", "shared", name), os.path.join(ROOT, name)):
         if os.path.isdir(candidate):
             return os.path.abspath(candidate)
-    return os.path.join(ROOT, local)
+    return os.path.join(ROOT, name)
 
 
+def peak_rss_mb():
+    """This process's peak resident set (VmHWM), in MB; ru_maxrss as a fallback."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024 if sys.platform == "darwin" else 1024)
+
+
+# --------------------------------------------------------------------------- worker
 def worker(args):
-    """Runs one configuration and prints a JSON line: tokens, seconds, hypotheses, RSS."""
+    """One configuration in a fresh process; prints one JSON object on stdout."""
     import resource
 
     with open(args.tokens_file, encoding="utf-8") as f:
-        source = [line.split() for line in f.read().splitlines()]
+        source = json.load(f)
     model_dir = os.path.join(args.models, "zh-en-ct2")
+    options = dict(beam_size=args.beam, max_batch_size=args.max_batch_size, batch_type="examples",
+                   return_scores=False)
+
+    t0 = time.perf_counter()
     if args.engine == "ct2":
         import ctranslate2
 
-        translator = ctranslate2.Translator(
-            model_dir, device="cpu", compute_type=args.compute_type, intra_threads=args.threads, inter_threads=1
-        )
-        run = lambda: [r.hypotheses[0] for r in translator.translate_batch(
-            source, beam_size=args.beam, max_batch_size=args.max_batch_size)]
-    else:
-        sys.path.insert(0, os.path.join(ROOT, "examples-c", "python"))
+        version = ctranslate2.__version__
+        translator = ctranslate2.Translator(model_dir, device="cpu", compute_type=args.compute_type,
+                                            intra_threads=args.threads, inter_threads=1)
+    elif args.engine == "tolk":
+        sys.path.insert(0, TOLK_PY)
         import tolk
 
-        translator = tolk.Translator(tolk.Model(model_dir), compute_type=args.compute_type, intra_threads=args.threads)
-        run = lambda: [r.hypotheses[0] for r in translator.translate_batch(
-            source, beam_size=args.beam, max_batch_size=args.max_batch_size)]
-    best = None
+        version = tolk.version()
+        model = tolk.Model(model_dir)
+        translator = tolk.Translator(model, compute_type=args.compute_type, intra_threads=args.threads)
+    else:
+        raise SystemExit(f"unknown engine {args.engine!r}")
+    load_s = time.perf_counter() - t0
+
+    times = []
+    hyps = None
     for _ in range(args.repeat):
         start = time.perf_counter()
-        hyps = run()
-        elapsed = time.perf_counter() - start
-        best = elapsed if best is None else min(best, elapsed)
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"tokens": sum(len(h) for h in hyps), "seconds": best, "rss_mb": rss_mb, "hypotheses": hyps}))
+        results = translator.translate_batch(source, **options)
+        times.append(time.perf_counter() - start)
+        out = [list(r.hypotheses[0]) for r in results]
+        if hyps is not None and out != hyps:
+            print("warning: outputs differ between repeats", file=sys.stderr)
+        hyps = out
+    if len(hyps) != len(source):
+        raise SystemExit(f"{len(source)} inputs but {len(hyps)} results")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    json.dump({
+        "version": version,
+        "tokens": sum(len(h) for h in hyps),
+        "seconds": min(times),
+        "times": times,
+        "load_s": load_s,
+        "rss_mb": peak_rss_mb(),
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "hypotheses": hyps,
+    }, sys.stdout, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+# --------------------------------------------------------------------------- parent
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_worker(args, engine, compute_type, beam, tokens_file, tmpdir):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--engine", engine,
+           "--compute-type", compute_type, "--beam", str(beam), "--tokens-file", tokens_file,
+           "--models", args.models, "--max-batch-size", str(args.max_batch_size),
+           "--threads", str(args.threads), "--repeat", str(args.repeat)]
+    out_path = os.path.join(tmpdir, f"{engine}-{compute_type}-{beam}.out")
+    err_path = os.path.join(tmpdir, f"{engine}-{compute_type}-{beam}.err")
+    start = time.perf_counter()
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.run(cmd, stdout=out, stderr=err)
+    wall = time.perf_counter() - start
+    with open(err_path, encoding="utf-8", errors="replace") as f:
+        stderr = f.read()
+    if proc.returncode != 0:
+        code = proc.returncode
+        why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        return None, f"{why}\n{stderr.strip()[-4000:]}"
+    try:
+        with open(out_path, encoding="utf-8") as f:
+            r = json.loads(f.read().strip().splitlines()[-1])
+    except (ValueError, IndexError) as e:
+        return None, f"unreadable worker output ({e})\n{stderr.strip()[-4000:]}"
+    r["process_wall_s"] = wall
+    if stderr.strip():
+        r["stderr"] = stderr.strip()[-2000:]
+    return r, None
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default=default_dir("TOLK_MODELS", "models", "models"))
-    p.add_argument("--data", default=default_dir("TOLK_DATA", "data", "data"))
-    p.add_argument("--limit", type=int, default=500)
-    p.add_argument("--beams", default="1,4")
-    p.add_argument("--compute-types", default="float32")
-    p.add_argument("--engines", default="tolk,ct2")
+    p.add_argument("--models", default=default_dir("TOLK_MODELS", "models"),
+                   help="folder holding zh-en-ct2/ ($TOLK_MODELS, ../shared/models, models/)")
+    p.add_argument("--data", default=default_dir("TOLK_DATA", "data"),
+                   help="folder holding dev-matthew.zh/.en ($TOLK_DATA, ../shared/data, data/)")
+    p.add_argument("--limit", type=int, default=500, help="first N verses (default 500, all)")
+    p.add_argument("--beams", default="1,4", help="beam sizes, 1 = greedy (default 1,4)")
+    p.add_argument("--compute-types", default="float32", help="e.g. float32,int8 (default float32)")
+    p.add_argument("--engines", default="tolk,ct2", help="tolk,ct2 (default both)")
     p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeat", type=int, default=1, help="best of K timings")
-    p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--threads", type=int, default=1, help="intra_threads for both engines (default 1)")
+    p.add_argument("--repeat", type=int, default=1, help="time translate_batch K times, keep the best")
+    p.add_argument("--json", metavar="FILE", help="also write the table (and metadata) as JSON")
+    p.add_argument("--outputs", metavar="DIR", help="also write each run's detokenized output here")
+    # Worker mode (internal).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine", help=argparse.SUPPRESS)
     p.add_argument("--compute-type", help=argparse.SUPPRESS)
@@ -81,55 +176,118 @@ def main():
     if args.worker:
         return worker(args)
 
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    for e in engines:
+        if e not in ENGINE_NAMES:
+            p.error(f"unknown engine {e!r} (tolk, ct2)")
+    beams = [int(b) for b in args.beams.split(",")]
+    compute_types = [c.strip() for c in args.compute_types.split(",") if c.strip()]
+    model_dir = os.path.join(args.models, "zh-en-ct2")
+    zh_path = os.path.join(args.data, "dev-matthew.zh")
+    en_path = os.path.join(args.data, "dev-matthew.en")
+    for path in (model_dir, zh_path, en_path):
+        if not os.path.exists(path):
+            sys.exit(f"missing {path}: run scripts/fetch_models.sh, or set TOLK_MODELS/TOLK_DATA "
+                     "(or --models/--data)")
+
     import sacrebleu
     import sentencepiece as spm
 
-    with open(os.path.join(args.data, "dev-matthew.zh"), encoding="utf-8") as f:
+    with open(zh_path, encoding="utf-8") as f:
         zh = f.read().splitlines()[: args.limit]
-    with open(os.path.join(args.data, "dev-matthew.en"), encoding="utf-8") as f:
+    with open(en_path, encoding="utf-8") as f:
         en = f.read().splitlines()[: args.limit]
-    sp = spm.SentencePieceProcessor(model_file=os.path.join(args.models, "zh-en-ct2", "sentencepiece.model"))
-    tokens_file = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tolk-bench-{os.getpid()}.tok")
-    with open(tokens_file, "w", encoding="utf-8") as f:
-        for line in zh:
-            f.write(" ".join(sp.encode(line, out_type=str)) + "\n")
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "sentencepiece.model"))
+    source = [sp.encode(line, out_type=str) for line in zh]
 
-    rows = []
-    for compute_type in args.compute_types.split(","):
-        for beam in [int(b) for b in args.beams.split(",")]:
-            for engine in args.engines.split(","):
-                cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--engine", engine,
-                       "--compute-type", compute_type, "--beam", str(beam), "--tokens-file", tokens_file,
-                       "--models", args.models, "--max-batch-size", str(args.max_batch_size),
-                       "--threads", str(args.threads), "--repeat", str(args.repeat)]
-                out = subprocess.run(cmd, capture_output=True, text=True)
-                if out.returncode != 0:
-                    print(f"{engine} {compute_type} beam {beam} failed:\n{out.stderr}", file=sys.stderr)
-                    continue
-                r = json.loads(out.stdout.strip().splitlines()[-1])
-                hyps = ["".join(h).replace("\u2581", " ").strip() for h in r.pop("hypotheses")]
-                r.update(engine=engine, compute_type=compute_type, beam=beam,
-                         tokens_per_s=r["tokens"] / r["seconds"],
-                         bleu=sacrebleu.corpus_bleu(hyps, [en]).score, outputs=hyps)
-                rows.append(r)
-                print(f"  {engine:5} {compute_type:8} beam {beam}: {r['tokens_per_s']:.1f} tok/s", file=sys.stderr)
-    os.unlink(tokens_file)
+    rows, failures, table = [], [], []
+    load_before = os.getloadavg()
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    with tempfile.TemporaryDirectory(prefix="tolk-bench-") as tmpdir:
+        tokens_file = os.path.join(tmpdir, "source.json")
+        with open(tokens_file, "w", encoding="utf-8") as f:
+            json.dump(source, f, ensure_ascii=False)
+        for compute_type in compute_types:
+            for beam in beams:
+                for engine in engines:
+                    label = f"{ENGINE_NAMES[engine]} {compute_type} {'greedy' if beam == 1 else f'beam {beam}'}"
+                    print(f"running {label} ...", file=sys.stderr, flush=True)
+                    r, error = run_worker(args, engine, compute_type, beam, tokens_file, tmpdir)
+                    if error:
+                        last = error.strip().splitlines()[-1]
+                        print(f"  FAILED: {label}: {last}\n{error}", file=sys.stderr)
+                        failures.append({"engine": engine, "compute_type": compute_type, "beam": beam,
+                                         "error": error, "summary": last})
+                        table.append(failures[-1])
+                        continue
+                    hyps = ["".join(h).replace("\u2581", " ").strip() for h in r.pop("hypotheses")]
+                    r.update(engine=engine, compute_type=compute_type, beam=beam,
+                             tokens_per_s=r["tokens"] / r["seconds"],
+                             bleu=sacrebleu.corpus_bleu(hyps, [en]).score)
+                    r["_outputs"] = hyps
+                    rows.append(r)
+                    table.append(r)
+                    print(f"  {r['tokens_per_s']:.1f} target tokens/s, BLEU {r['bleu']:.2f}, "
+                          f"{r['rss_mb']:.0f} MB, {r['seconds']:.2f} s", file=sys.stderr, flush=True)
+                    if args.outputs:
+                        os.makedirs(args.outputs, exist_ok=True)
+                        name = f"{engine}-{compute_type}-beam{beam}.en"
+                        with open(os.path.join(args.outputs, name), "w", encoding="utf-8") as f:
+                            f.writelines(h + "\n" for h in hyps)
+    load_after = os.getloadavg()
 
-    print(f"\n{len(zh)} zh->en verses, max_batch_size {args.max_batch_size}, {args.threads} thread(s)\n")
-    print("| engine | compute | decoding | target tokens/s | BLEU | peak RSS | vs CTranslate2 | same output as CT2 |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        peer = next((x for x in rows if x["engine"] == "ct2" and x["beam"] == r["beam"]
+    def peer_of(r):
+        return next((x for x in rows if x["engine"] == "ct2" and x["beam"] == r["beam"]
                      and x["compute_type"] == r["compute_type"]), None)
-        ratio = f"{r['tokens_per_s'] / peer['tokens_per_s']:.2f}x" if peer else "-"
-        same = f"{sum(a == b for a, b in zip(r['outputs'], peer['outputs'])) / len(zh):.1%}" if peer else "-"
-        name = "Tolk" if r["engine"] == "tolk" else "CTranslate2 4.8.5"
+
+    for r in rows:
+        peer = peer_of(r)
+        if r["engine"] == "tolk" and peer:
+            r["tolk_over_ct2"] = r["tokens_per_s"] / peer["tokens_per_s"]
+            r["same_as_ct2"] = sum(a == b for a, b in zip(r["_outputs"], peer["_outputs"])) / len(zh)
+
+    ncpu = os.cpu_count() or 1
+    print(f"\n{len(zh)} zh->en verses ({zh_path}), "
+          f"max_batch_size {args.max_batch_size}, {args.threads} thread(s), best of {args.repeat}; "
+          f"{cpu_model()}, {ncpu} CPUs, load average {load_before[0]:.2f} -> {load_after[0]:.2f}\n")
+    print("| engine | compute type | decoding | target tokens/s | BLEU | peak RSS (MB) | wall time (s) "
+          "| Tolk/CT2 tokens/s | same output as CT2 |")
+    print("|---|---|---|--:|--:|--:|--:|--:|--:|")
+    for r in table:
         decoding = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
-        print(f"| {name} | {r['compute_type']} | {decoding} | {r['tokens_per_s']:.0f} | {r['bleu']:.2f} "
-              f"| {r['rss_mb']:.0f} MB | {ratio} | {same} |")
+        if "error" in r:
+            print(f"| {ENGINE_NAMES[r['engine']]} | {r['compute_type']} | {decoding} "
+                  f"| failed: {r['summary'][:80].replace('|', '/')} | | | | | |")
+            continue
+        ratio = f"{r['tolk_over_ct2']:.2f}x" if "tolk_over_ct2" in r else ""
+        same = f"{r['same_as_ct2']:.1%}" if "same_as_ct2" in r else ""
+        print(f"| {ENGINE_NAMES[r['engine']]} {r['version']} | {r['compute_type']} | {decoding} "
+              f"| {r['tokens_per_s']:.1f} | {r['bleu']:.2f} | {r['rss_mb']:.0f} | {r['seconds']:.2f} "
+              f"| {ratio} | {same} |")
+    print()
+    for r in rows:
+        if "tolk_over_ct2" in r:
+            decoding = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
+            print(f"Tolk/CT2 target tokens/s, {r['compute_type']} {decoding}: {r['tolk_over_ct2']:.2f}x "
+                  f"({r['tokens_per_s']:.1f} / {peer_of(r)['tokens_per_s']:.1f})")
+    if load_before[0] > ncpu - 0.5 or load_after[0] > ncpu - 0.5:
+        print(f"\nwarning: the machine was busy (load average {load_before[0]:.2f} -> {load_after[0]:.2f} "
+              f"on {ncpu} CPUs); timings are noisy", file=sys.stderr)
+
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump([{k: v for k, v in r.items() if k != "outputs"} for r in rows], f, indent=1)
+        meta = {
+            "date": started,
+            "cpu": cpu_model(), "cpus": ncpu, "python": platform.python_version(),
+            "models": args.models, "data": args.data, "sentences": len(zh),
+            "max_batch_size": args.max_batch_size, "threads": args.threads, "repeat": args.repeat,
+            "load_average": [load_before[0], load_after[0]],
+        }
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"meta": meta,
+                       "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
+                       "failures": failures}, f, indent=1)
+            f.write("\n")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
