@@ -27,9 +27,13 @@ fn compile(source: &Path, name: &str) -> PathBuf {
     let out_dir = manifest_dir().join("target").join("ffi-tests");
     std::fs::create_dir_all(&out_dir).unwrap();
     // The SONAME is libtolk.so.0: give the loader that name next to the binaries.
+    // Tests run in parallel: replace the link atomically (rename) so that a program
+    // started by another test never sees it missing.
     let link = out_dir.join("libtolk.so.0");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(lib_dir().join("libtolk.so"), &link).unwrap();
+    let tmp = out_dir.join(format!("libtolk.so.0.{name}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(lib_dir().join("libtolk.so"), &tmp).unwrap();
+    std::fs::rename(&tmp, &link).unwrap();
     let binary = out_dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)

@@ -183,28 +183,47 @@ mod x86 {
     /// `interleave_rows` (`xi` starts at the row block; blocks are multiples of 8 rows).
     #[target_feature(enable = "avx512f")]
     pub unsafe fn panel_avx512(t: &Tile, xi: &[f32], y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
+        // The panel is walked in slices of K_BLOCK (16 KiB) that stay in L1 while every
+        // row group uses them; partial sums wait in `partial` between slices.
+        const K_BLOCK: usize = 128;
         let k = t.k;
         let w = t.panel.as_ptr();
-        for g in 0..rows.div_ceil(8) {
-            let x = xi.as_ptr().add(g * k * 8);
-            let mut acc0 = [_mm512_setzero_ps(); 8];
-            let mut acc1 = [_mm512_setzero_ps(); 8];
-            for kk in 0..k {
-                // Stream the panel ahead of use: decoding is bound by reading the weights.
-                _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR + 16) as *const i8);
-                let w0 = _mm512_loadu_ps(w.add(kk * NR));
-                let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
+        let groups = rows.div_ceil(8);
+        let mut partial = vec![_mm512_setzero_ps(); groups * 16];
+        for k0 in (0..k).step_by(K_BLOCK) {
+            let k1 = (k0 + K_BLOCK).min(k);
+            for g in 0..groups {
+                let x = xi.as_ptr().add(g * k * 8);
+                let saved = &mut partial[g * 16..(g + 1) * 16];
+                let mut acc0 = [_mm512_setzero_ps(); 8];
+                let mut acc1 = [_mm512_setzero_ps(); 8];
                 for r in 0..8 {
-                    let xv = _mm512_set1_ps(*x.add(kk * 8 + r));
-                    acc0[r] = _mm512_fmadd_ps(xv, w0, acc0[r]);
-                    acc1[r] = _mm512_fmadd_ps(xv, w1, acc1[r]);
+                    acc0[r] = saved[r];
+                    acc1[r] = saved[8 + r];
+                }
+                for kk in k0..k1 {
+                    // Stream the panel ahead of use: decoding is bound by reading the weights.
+                    _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR + 16) as *const i8);
+                    let w0 = _mm512_loadu_ps(w.add(kk * NR));
+                    let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
+                    for r in 0..8 {
+                        let xv = _mm512_set1_ps(*x.add(kk * 8 + r));
+                        acc0[r] = _mm512_fmadd_ps(xv, w0, acc0[r]);
+                        acc1[r] = _mm512_fmadd_ps(xv, w1, acc1[r]);
+                    }
+                }
+                for r in 0..8 {
+                    saved[r] = acc0[r];
+                    saved[8 + r] = acc1[r];
                 }
             }
+        }
+        for g in 0..groups {
             for r in 0..(rows - g * 8).min(8) {
                 let mut row = [0.0f32; NR];
-                _mm512_storeu_ps(row.as_mut_ptr(), acc0[r]);
-                _mm512_storeu_ps(row.as_mut_ptr().add(16), acc1[r]);
+                _mm512_storeu_ps(row.as_mut_ptr(), partial[g * 16 + r]);
+                _mm512_storeu_ps(row.as_mut_ptr().add(16), partial[g * 16 + 8 + r]);
                 store_row(&row, t, &mut y[(g * 8 + r) * ldy..], cols);
             }
         }
