@@ -18,7 +18,10 @@ fn row_block(k: usize) -> usize {
 
 /// A weight matrix `[n, k]` (row = output feature) packed for `matmul_packed`.
 pub struct PackedMatrix {
+    /// Panels start at `data[start]`, 64-byte aligned so that no vector load of the
+    /// kernels straddles two cache lines.
     data: Vec<f32>,
+    start: usize,
     n: usize,
     k: usize,
 }
@@ -27,9 +30,10 @@ impl PackedMatrix {
     pub fn pack(w: &[f32], n: usize, k: usize) -> PackedMatrix {
         assert_eq!(w.len(), n * k, "PackedMatrix::pack: size mismatch");
         let panels = n.div_ceil(NR);
-        let mut data = vec![0.0f32; panels * k * NR];
+        let mut data = vec![0.0f32; panels * k * NR + 16];
+        let start = data.as_ptr().align_offset(64).min(15);
         for p in 0..panels {
-            let panel = &mut data[p * k * NR..(p + 1) * k * NR];
+            let panel = &mut data[start + p * k * NR..start + (p + 1) * k * NR];
             for c in 0..NR.min(n - p * NR) {
                 let row = &w[(p * NR + c) * k..(p * NR + c + 1) * k];
                 for (kk, &v) in row.iter().enumerate() {
@@ -37,7 +41,7 @@ impl PackedMatrix {
                 }
             }
         }
-        PackedMatrix { data, n, k }
+        PackedMatrix { data, start, n, k }
     }
 
     pub fn rows(&self) -> usize {
@@ -57,7 +61,8 @@ impl PackedMatrix {
     }
 
     fn panel(&self, p: usize) -> &[f32] {
-        &self.data[p * self.k * NR..(p + 1) * self.k * NR]
+        let base = self.start + p * self.k * NR;
+        &self.data[base..base + self.k * NR]
     }
 }
 
