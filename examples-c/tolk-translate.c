@@ -4,12 +4,16 @@
  *   tolk-translate --model DIR --tokens [--beam N] [--n-best N] [--scores] < in > out
  *
  * With --tokens, input lines are space-separated tokens (e.g. SentencePiece pieces) and
- * output lines are space-separated target tokens. All of stdin is translated in one
- * tolk_translate_batch call: the library sorts by length and batches internally.
+ * output lines are space-separated target tokens; an empty line is an empty sentence.
+ * All of stdin is translated in one tolk_translate_batch call: the library sorts by
+ * length and splits into batches of --max-batch-size itself.
+ *
+ * Exit status: 0 on success, 1 when the library reports an error, 2 on bad usage.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,195 +23,245 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: tolk-translate --model DIR --tokens [options] < input > output\n"
-            "  --model DIR            CTranslate2 model directory (required)\n"
-            "  --tokens               input/output are space-separated tokens\n"
-            "  --compute-type T       default|auto|float32 (default: default)\n"
-            "  --beam N               beam size, 1 = greedy (default 2)\n"
-            "  --n-best N             hypotheses per sentence, one line each (default 1)\n"
-            "  --max-batch-size N     sentences (or tokens) per batch, 0 = all (default 0)\n"
-            "  --batch-type T         examples|tokens (default examples)\n"
-            "  --intra-threads N      threads per translation (default 1)\n"
-            "  --max-decoding-length N  (default 256)\n"
-            "  --length-penalty F     (default 1.0)\n"
-            "  --scores               prefix each line with its score and \" ||| \"\n"
-            "  --verbose              print the library version and CPU kernel path to stderr\n");
+            "  --model DIR              CTranslate2 model directory (required)\n"
+            "  --tokens                 input/output lines are space-separated tokens\n"
+            "  --compute-type T         default|auto|float32 (default: default)\n"
+            "  --beam N                 beam size, 1 = greedy (default 2)\n"
+            "  --n-best N               hypotheses per sentence, one line each, best first\n"
+            "                           (default 1; at most the beam size)\n"
+            "  --max-batch-size N       sentences (or tokens) per batch, 0 = all (default 0)\n"
+            "  --batch-type T           examples|tokens: unit of --max-batch-size\n"
+            "  --intra-threads N        threads per translation (default 1)\n"
+            "  --max-decoding-length N  most tokens generated per sentence (default 256)\n"
+            "  --length-penalty F       scores are divided by length^F (default 1)\n"
+            "  --scores                 prefix each line with its score and \" ||| \"\n"
+            "  --verbose                print the library version and CPU kernel path\n"
+            "  --help                   show this help\n");
 }
 
-static int fail(const char *what) {
-    fprintf(stderr, "tolk-translate: %s\n", what);
-    return 2;
-}
-
-/* Parses a non-negative integer option value; returns false on garbage. */
-static bool parse_uint(const char *s, unsigned *out) {
-    if (s == NULL || *s == '\0') return false;
-    char *end = NULL;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v > 1000000000UL || s[0] == '-') return false;
-    *out = (unsigned)v;
-    return true;
-}
-
-/* One input sentence: its tokens point into a private copy of the line. */
+/* Settings from the command line. */
 typedef struct {
-    char *line;
-    const char **tokens;
-    size_t length;
-} Sentence;
+    const char *model_dir;
+    bool tokens_mode, scores, verbose;
+    TolkTranslatorOptions translator;
+    TolkTranslateOptions translate;
+} Cli;
 
-static bool split_tokens(char *line, Sentence *s) {
-    size_t cap = 16, n = 0;
-    const char **tokens = malloc(cap * sizeof *tokens);
-    if (tokens == NULL) return false;
-    for (char *tok = strtok(line, " \t\r\n"); tok != NULL; tok = strtok(NULL, " \t\r\n")) {
-        if (n == cap) {
-            cap *= 2;
-            const char **grown = realloc(tokens, cap * sizeof *tokens);
-            if (grown == NULL) {
-                free(tokens);
-                return false;
-            }
-            tokens = grown;
-        }
-        tokens[n++] = tok;
-    }
-    s->line = line;
-    s->tokens = tokens;
-    s->length = n;
+/* Parses a non-negative integer that fits the uint32_t option fields. strtoul alone would
+ * accept "-1" (wrapping it) and trailing garbage, hence the extra checks. */
+static bool parse_uint(const char *s, uint32_t *out) {
+    char *end = NULL;
+    if (*s < '0' || *s > '9') return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > UINT32_MAX) return false;
+    *out = (uint32_t)v;
     return true;
 }
 
-int main(int argc, char **argv) {
-    const char *model_dir = NULL, *compute_type = NULL;
-    bool tokens_mode = false, scores = false, verbose = false;
-    unsigned n_best = 1, threads = 1;
-    TolkTranslateOptions opts = tolk_translate_options_default();
-
+/* Fills `cli`; returns -1 to go on, or the exit status to end with. */
+static int parse_args(int argc, char **argv, Cli *cli) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        unsigned u;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--tokens")) {
-            tokens_mode = true;
-        } else if (!strcmp(a, "--scores")) {
-            scores = true;
-        } else if (!strcmp(a, "--verbose")) {
-            verbose = true;
-        } else if (v == NULL) {
-            fprintf(stderr, "tolk-translate: unknown option or missing value: %s\n", a);
-            usage(stderr);
+        }
+        if (!strcmp(a, "--tokens")) {
+            cli->tokens_mode = true;
+            continue;
+        }
+        if (!strcmp(a, "--scores")) {
+            cli->scores = true;
+            continue;
+        }
+        if (!strcmp(a, "--verbose")) {
+            cli->verbose = true;
+            continue;
+        }
+        /* Every other option takes a value. */
+        uint32_t *number = NULL;
+        if (!strcmp(a, "--beam")) number = &cli->translate.beam_size;
+        else if (!strcmp(a, "--n-best")) number = &cli->translate.num_hypotheses;
+        else if (!strcmp(a, "--max-batch-size")) number = &cli->translate.max_batch_size;
+        else if (!strcmp(a, "--intra-threads")) number = &cli->translator.intra_threads;
+        else if (!strcmp(a, "--max-decoding-length")) number = &cli->translate.max_decoding_length;
+        else if (strcmp(a, "--model") && strcmp(a, "--compute-type") && strcmp(a, "--batch-type") &&
+                 strcmp(a, "--length-penalty")) {
+            fprintf(stderr, "tolk-translate: unknown option %s (see --help)\n", a);
             return 2;
-        } else if (!strcmp(a, "--model")) {
-            model_dir = v, i++;
-        } else if (!strcmp(a, "--compute-type")) {
-            compute_type = v, i++;
-        } else if (!strcmp(a, "--batch-type")) {
-            if (!strcmp(v, "examples")) opts.batch_type = TOLK_BATCH_EXAMPLES;
-            else if (!strcmp(v, "tokens")) opts.batch_type = TOLK_BATCH_TOKENS;
-            else return fail("--batch-type must be examples or tokens");
-            i++;
-        } else if (!strcmp(a, "--length-penalty")) {
-            char *end = NULL;
-            opts.length_penalty = strtof(v, &end);
-            if (end == v || *end != '\0') return fail("--length-penalty needs a number");
-            i++;
-        } else if (parse_uint(v, &u)) {
-            if (!strcmp(a, "--beam")) opts.beam_size = u;
-            else if (!strcmp(a, "--n-best")) n_best = u;
-            else if (!strcmp(a, "--max-batch-size")) opts.max_batch_size = u;
-            else if (!strcmp(a, "--intra-threads")) threads = u;
-            else if (!strcmp(a, "--max-decoding-length")) opts.max_decoding_length = u;
-            else {
-                fprintf(stderr, "tolk-translate: unknown option %s\n", a);
+        }
+        if (i + 1 == argc) {
+            fprintf(stderr, "tolk-translate: %s needs a value\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (number != NULL) {
+            if (!parse_uint(v, number)) {
+                fprintf(stderr, "tolk-translate: %s needs a non-negative integer, got \"%s\"\n", a, v);
                 return 2;
             }
-            i++;
-        } else {
-            fprintf(stderr, "tolk-translate: %s needs a non-negative integer, got \"%s\"\n", a, v);
-            return 2;
+        } else if (!strcmp(a, "--model")) {
+            cli->model_dir = v;
+        } else if (!strcmp(a, "--compute-type")) {
+            cli->translator.compute_type = v; /* the library validates it */
+        } else if (!strcmp(a, "--batch-type")) {
+            if (!strcmp(v, "examples")) cli->translate.batch_type = TOLK_BATCH_EXAMPLES;
+            else if (!strcmp(v, "tokens")) cli->translate.batch_type = TOLK_BATCH_TOKENS;
+            else {
+                fprintf(stderr, "tolk-translate: --batch-type must be examples or tokens, got \"%s\"\n", v);
+                return 2;
+            }
+        } else { /* --length-penalty */
+            char *end = NULL;
+            cli->translate.length_penalty = strtof(v, &end);
+            if (end == v || *end != '\0') {
+                fprintf(stderr, "tolk-translate: --length-penalty needs a number, got \"%s\"\n", v);
+                return 2;
+            }
         }
     }
-    if (model_dir == NULL) {
-        usage(stderr);
-        return fail("--model DIR is required");
+    if (cli->model_dir == NULL) {
+        fprintf(stderr, "tolk-translate: --model DIR is required (see --help)\n");
+        return 2;
     }
-    if (!tokens_mode) return fail("text mode needs the built-in tokenizer (not available yet); use --tokens");
-    opts.num_hypotheses = n_best;
-    opts.return_scores = scores;
-    if (verbose) fprintf(stderr, "tolk %s (ABI %u), CPU kernels: %s\n", tolk_version(), tolk_abi_version(), tolk_cpu_isa());
+    if (!cli->tokens_mode) {
+        fprintf(stderr, "tolk-translate: text mode needs the tokenizer (not available yet); use --tokens\n");
+        return 2;
+    }
+    return -1;
+}
 
-    /* Read every line of stdin. */
-    size_t count = 0, cap = 64;
-    Sentence *sentences = malloc(cap * sizeof *sentences);
-    if (sentences == NULL) return fail("out of memory");
+/* The input: every line of stdin split into tokens, which point into the line buffers.
+ * Sentences record token offsets, not pointers, because the token array moves as it grows. */
+typedef struct {
+    char *line;
+    size_t first, length; /* tokens[first .. first + length] */
+} Sentence;
+
+typedef struct {
+    Sentence *sentences;
+    size_t count, cap;
+    const char **tokens;
+    size_t num_tokens, tokens_cap;
+} Input;
+
+static void input_free(Input *in) {
+    for (size_t i = 0; i < in->count; i++) free(in->sentences[i].line);
+    free(in->sentences);
+    free(in->tokens);
+}
+
+/* Grows an array to hold `need` elements (doubling); false when out of memory. */
+static bool reserve(void **array, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) n *= 2;
+    void *grown = realloc(*array, n * elem);
+    if (grown == NULL) return false;
+    *array = grown;
+    *cap = n;
+    return true;
+}
+
+/* Reads lines of any length (getline) until EOF; false on a read error or out of memory. */
+static bool read_input(FILE *f, Input *in) {
     char *line = NULL;
     size_t line_cap = 0;
-    while (getline(&line, &line_cap, stdin) != -1) {
-        if (count == cap) {
-            cap *= 2;
-            Sentence *grown = realloc(sentences, cap * sizeof *sentences);
-            if (grown == NULL) return fail("out of memory");
-            sentences = grown;
+    bool ok = true;
+    while (ok && getline(&line, &line_cap, f) != -1) {
+        if (!reserve((void **)&in->sentences, &in->cap, in->count + 1, sizeof *in->sentences)) {
+            ok = false;
+            break;
         }
-        if (!split_tokens(line, &sentences[count])) return fail("out of memory");
-        count++;
-        line = NULL; /* the sentence owns the buffer now */
+        Sentence *s = &in->sentences[in->count++];
+        s->line = line; /* the input owns the buffer now */
+        s->first = in->num_tokens;
+        line = NULL;
         line_cap = 0;
+        char *save = NULL;
+        for (char *tok = strtok_r(s->line, " \t\r\n", &save); tok; tok = strtok_r(NULL, " \t\r\n", &save)) {
+            if (!reserve((void **)&in->tokens, &in->tokens_cap, in->num_tokens + 1, sizeof *in->tokens)) {
+                ok = false;
+                break;
+            }
+            in->tokens[in->num_tokens++] = tok;
+        }
+        s->length = in->num_tokens - s->first;
     }
-    free(line);
+    free(line); /* getline allocates a buffer even when it returns -1 */
+    return ok && !ferror(f);
+}
 
-    int status = 0;
+static int print_result(const TolkResult *result, const Cli *cli) {
+    for (size_t i = 0; i < tolk_result_batch_size(result); i++) {
+        size_t n_hyp = tolk_result_num_hypotheses(result, i);
+        for (size_t h = 0; h < n_hyp; h++) {
+            const char *const *tokens = NULL;
+            size_t n = 0;
+            float score = 0;
+            if (tolk_result_hypothesis(result, i, h, &tokens, &n, &score) != TOLK_OK) {
+                fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
+                return 1;
+            }
+            if (cli->scores) printf("%.6f ||| ", score);
+            for (size_t t = 0; t < n; t++) printf(t ? " %s" : "%s", tokens[t]);
+            putchar('\n');
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    Cli cli = {.translator = tolk_translator_options_default(), .translate = tolk_translate_options_default()};
+    int status = parse_args(argc, argv, &cli);
+    if (status >= 0) return status;
+    cli.translate.return_scores = cli.scores;
+    if (cli.verbose)
+        fprintf(stderr, "tolk %s (ABI %u), CPU kernels: %s\n", tolk_version(), tolk_abi_version(), tolk_cpu_isa());
+
+    /* Load first, so that a bad model or option fails before waiting for input. */
     TolkModel *model = NULL;
     TolkTranslator *translator = NULL;
     TolkResult *result = NULL;
-    const char *const **batch = malloc((count ? count : 1) * sizeof *batch);
-    size_t *lengths = malloc((count ? count : 1) * sizeof *lengths);
-    if (batch == NULL || lengths == NULL) return fail("out of memory");
-    for (size_t i = 0; i < count; i++) {
-        batch[i] = sentences[i].tokens;
-        lengths[i] = sentences[i].length;
-    }
-
-    TolkTranslatorOptions topts = tolk_translator_options_default();
-    topts.compute_type = compute_type;
-    topts.intra_threads = threads;
-    if (tolk_model_load(model_dir, &model) != TOLK_OK ||
-        tolk_translator_new(model, &topts, &translator) != TOLK_OK ||
-        tolk_translate_batch(translator, batch, lengths, count, NULL, NULL, &opts, &result) != TOLK_OK) {
+    Input in = {0};
+    const char *const **batch = NULL;
+    size_t *lengths = NULL;
+    status = 1;
+    if (tolk_model_load(cli.model_dir, &model) != TOLK_OK ||
+        tolk_translator_new(model, &cli.translator, &translator) != TOLK_OK) {
         fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
-        status = 1;
-    } else {
-        for (size_t i = 0; i < count; i++) {
-            size_t nh = tolk_result_num_hypotheses(result, i);
-            for (size_t h = 0; h < nh; h++) {
-                const char *const *out;
-                size_t n;
-                float score;
-                if (tolk_result_hypothesis(result, i, h, &out, &n, &score) != TOLK_OK) {
-                    fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
-                    status = 1;
-                    break;
-                }
-                if (scores) printf("%.6f ||| ", score);
-                for (size_t t = 0; t < n; t++) printf(t ? " %s" : "%s", out[t]);
-                putchar('\n');
-            }
-        }
+        goto done;
     }
+    if (!read_input(stdin, &in)) {
+        fprintf(stderr, "tolk-translate: cannot read the input: %s\n", strerror(errno));
+        goto done;
+    }
+    batch = malloc((in.count ? in.count : 1) * sizeof *batch);
+    lengths = malloc((in.count ? in.count : 1) * sizeof *lengths);
+    if (batch == NULL || lengths == NULL) {
+        fprintf(stderr, "tolk-translate: out of memory\n");
+        goto done;
+    }
+    for (size_t i = 0; i < in.count; i++) {
+        batch[i] = in.tokens + in.sentences[i].first;
+        lengths[i] = in.sentences[i].length;
+    }
+    if (tolk_translate_batch(translator, batch, lengths, in.count, NULL, NULL, &cli.translate, &result) != TOLK_OK) {
+        fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
+        goto done;
+    }
+    status = print_result(result, &cli);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "tolk-translate: cannot write the output: %s\n", strerror(errno));
+        status = 1;
+    }
+done:
     tolk_result_free(result);
     tolk_translator_free(translator);
     tolk_model_free(model);
-    for (size_t i = 0; i < count; i++) {
-        free(sentences[i].line);
-        free(sentences[i].tokens);
-    }
-    free(sentences);
     free(batch);
     free(lengths);
-    if (fflush(stdout) != 0) return fail("cannot write the output");
+    input_free(&in);
     return status;
 }

@@ -1,105 +1,214 @@
 /*
- * C API tests, compiled against include/tolk.h and run by tests/ffi.rs (under valgrind
- * when it is installed). Usage: api_test MODEL_DIR. Exits non-zero on the first failure.
+ * C API contract tests: the happy path, NULL pointers, bad options, load errors, out of
+ * range reads, ABI versioning of the options structs, object lifetimes and concurrent use
+ * of one translator. Built against include/tolk.h and run by tests/ffi.rs (also under
+ * valgrind when it is installed, so every path must free what it allocates).
+ *
+ *   api_test MODEL_DIR      (MODEL_DIR: ffi-tests/fixtures/tiny)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
-#include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
-#include <string.h>
+#include <unistd.h>
 
-#include "tolk.h"
-
-static int failures = 0;
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__,   \
-                    __LINE__, #cond, tolk_last_error());                              \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
-
-#define CHECK_STATUS(expr, expected)                                                  \
-    do {                                                                              \
-        TolkStatus s_ = (expr);                                                       \
-        if (s_ != (expected)) {                                                       \
-            fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d; last error: %s\n", \
-                    __FILE__, __LINE__, #expr, (int)s_, tolk_status_string(s_),       \
-                    (int)(expected), tolk_last_error());                              \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
+#include "check.h"
 
 static const char *MODEL_DIR;
 
-/* Joins the best hypothesis of example i into buf. */
-static void best(const TolkResult *r, size_t i, char *buf, size_t cap) {
+/* A small batch used throughout: plain, non-ASCII, unknown token, empty. */
+static const char *S0[] = {"a", "b", "c"};
+static const char *S1[] = {"\xe2\x96\x81\xc3\xa9", "q", "x"}; /* "▁é q x" */
+static const char *S2[] = {"m", "not-in-vocabulary", "n"};
+static const char *const *BATCH[] = {S0, S1, S2, NULL};
+static const size_t LENGTHS[] = {3, 3, 3, 0};
+#define BATCH_SIZE 4
+
+/* Joins hypothesis `rank` of `example` as "score|tok tok ..." for comparisons. */
+static void describe(const TolkResult *r, size_t example, size_t rank, char *buf, size_t cap) {
     const char *const *tokens = NULL;
     size_t n = 0;
+    float score = NAN;
     buf[0] = '\0';
-    CHECK_STATUS(tolk_result_hypothesis(r, i, 0, &tokens, &n, NULL), TOLK_OK);
-    for (size_t t = 0; t < n; t++) {
-        strncat(buf, tokens[t], cap - strlen(buf) - 2);
-        strncat(buf, " ", cap - strlen(buf) - 1);
+    if (tolk_result_hypothesis(r, example, rank, &tokens, &n, &score) != TOLK_OK) {
+        snprintf(buf, cap, "error: %s", tolk_last_error());
+        return;
     }
+    size_t used = (size_t)snprintf(buf, cap, "%.6f|", score);
+    for (size_t t = 0; t < n && used < cap; t++) used += (size_t)snprintf(buf + used, cap - used, t ? " %s" : "%s", tokens[t]);
+}
+
+static TolkTranslator *new_translator(const TolkModel *model, uint32_t threads) {
+    TolkTranslatorOptions topts = tolk_translator_options_default();
+    topts.intra_threads = threads;
+    TolkTranslator *translator = NULL;
+    CHECK_STATUS(tolk_translator_new(model, &topts, &translator), TOLK_OK);
+    return translator;
 }
 
 static void test_versions(void) {
     CHECK(tolk_abi_version() == TOLK_ABI_VERSION);
-    CHECK(strlen(tolk_version()) > 0);
-    CHECK(strcmp(tolk_status_string(TOLK_OK), "ok") == 0);
+    CHECK(tolk_version() != NULL && strlen(tolk_version()) > 0);
     const char *isa = tolk_cpu_isa();
     CHECK(!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512"));
+    CHECK(strcmp(tolk_status_string(TOLK_OK), "ok") == 0);
+    for (int s = TOLK_OK; s <= TOLK_ERROR_INTERNAL; s++) CHECK(strlen(tolk_status_string((TolkStatus)s)) > 0);
 }
 
-static void test_null_pointers(void) {
-    TolkModel *model = NULL;
-    TolkTranslator *translator = NULL;
-    TolkResult *result = NULL;
-    CHECK_STATUS(tolk_model_load(NULL, &model), TOLK_ERROR_NULL_POINTER);
-    CHECK(strlen(tolk_last_error()) > 0);
+/* Every entry point rejects NULL where it needs a pointer, and resets its out pointer. */
+static void test_null_pointers(TolkModel *model) {
+    TolkModel *m = (TolkModel *)&m; /* garbage that a failed call must reset to NULL */
+    CHECK_STATUS(tolk_model_load(NULL, &m), TOLK_ERROR_NULL_POINTER);
+    CHECK(m == NULL);
     CHECK_STATUS(tolk_model_load(MODEL_DIR, NULL), TOLK_ERROR_NULL_POINTER);
-    CHECK_STATUS(tolk_translator_new(NULL, NULL, &translator), TOLK_ERROR_NULL_POINTER);
-    CHECK(translator == NULL);
-    CHECK_STATUS(tolk_translate_batch(NULL, NULL, NULL, 0, NULL, NULL, NULL, &result), TOLK_ERROR_NULL_POINTER);
-    CHECK_STATUS(tolk_result_hypothesis(NULL, 0, 0, NULL, NULL, NULL), TOLK_ERROR_NULL_POINTER);
+
+    TolkTranslator *t = (TolkTranslator *)&t;
+    CHECK_STATUS(tolk_translator_new(NULL, NULL, &t), TOLK_ERROR_NULL_POINTER);
+    CHECK(t == NULL);
+    CHECK_STATUS(tolk_translator_new(model, NULL, NULL), TOLK_ERROR_NULL_POINTER);
+
+    TolkTranslator *translator = new_translator(model, 1);
+    TolkResult *r = (TolkResult *)&r;
+    CHECK_STATUS(tolk_translate_batch(NULL, BATCH, LENGTHS, 1, NULL, NULL, NULL, &r), TOLK_ERROR_NULL_POINTER);
+    CHECK(r == NULL);
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, 1, NULL, NULL, NULL, NULL), TOLK_ERROR_NULL_POINTER);
+    CHECK_STATUS(tolk_translate_batch(translator, NULL, LENGTHS, 1, NULL, NULL, NULL, &r), TOLK_ERROR_NULL_POINTER);
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, NULL, 1, NULL, NULL, NULL, &r), TOLK_ERROR_NULL_POINTER);
+    const char *const *prefix[] = {S0};
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, 1, prefix, NULL, NULL, &r), TOLK_ERROR_NULL_POINTER);
+    /* A NULL sentence with tokens, or a NULL token, is an invalid argument. */
+    const char *const *null_sentence[] = {NULL};
+    CHECK_STATUS(tolk_translate_batch(translator, null_sentence, LENGTHS, 1, NULL, NULL, NULL, &r), TOLK_ERROR_INVALID_ARGUMENT);
+    const char *null_token[] = {"a", NULL};
+    const char *const *with_null_token[] = {null_token};
+    size_t two[] = {2};
+    CHECK_STATUS(tolk_translate_batch(translator, with_null_token, two, 1, NULL, NULL, NULL, &r), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(r == NULL);
+
+    const char *const *tokens = NULL;
+    size_t n = 0;
+    float score = 0;
+    CHECK_STATUS(tolk_result_hypothesis(NULL, 0, 0, &tokens, &n, &score), TOLK_ERROR_NULL_POINTER);
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, 1, NULL, NULL, NULL, &r), TOLK_OK);
+    CHECK_STATUS(tolk_result_hypothesis(r, 0, 0, NULL, &n, &score), TOLK_ERROR_NULL_POINTER);
+    CHECK_STATUS(tolk_result_hypothesis(r, 0, 0, &tokens, NULL, &score), TOLK_ERROR_NULL_POINTER);
+    CHECK_STATUS(tolk_result_hypothesis(r, 0, 0, &tokens, &n, NULL), TOLK_OK); /* the score is optional */
+    tolk_result_free(r);
+    tolk_translator_free(translator);
+
     CHECK(tolk_result_batch_size(NULL) == 0);
-    CHECK(tolk_result_num_hypotheses(NULL, 3) == 0);
-    /* Freeing NULL is a no-op. */
-    tolk_model_free(NULL);
+    CHECK(tolk_result_num_hypotheses(NULL, 0) == 0);
+    tolk_model_free(NULL); /* no-ops */
     tolk_translator_free(NULL);
     tolk_result_free(NULL);
 }
 
+/* Copies `name` from the fixture into `dir`, keeping only the first `keep` bytes (or all). */
+static void copy_file(const char *dir, const char *name, long keep) {
+    char src[4096], dst[4096];
+    snprintf(src, sizeof src, "%s/%s", MODEL_DIR, name);
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    CHECK(in != NULL && out != NULL);
+    if (in != NULL && out != NULL) {
+        int c;
+        for (long i = 0; (keep < 0 || i < keep) && (c = getc(in)) != EOF; i++) putc(c, out);
+    }
+    if (in) fclose(in);
+    if (out) fclose(out);
+}
+
+static void remove_file(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+}
+
 static void test_load_errors(void) {
-    TolkModel *model = (TolkModel *)0x1; /* must be reset to NULL on failure */
+    TolkModel *model = (TolkModel *)&model;
     CHECK_STATUS(tolk_model_load("/nonexistent/tolk/model", &model), TOLK_ERROR_IO);
     CHECK(model == NULL);
     CHECK(strstr(tolk_last_error(), "/nonexistent/tolk/model") != NULL);
+
+    /* A directory without model.bin, then one with a truncated model.bin. */
+    char dir[] = "/tmp/tolk-api-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    copy_file(dir, "config.json", -1);
+    copy_file(dir, "shared_vocabulary.json", -1);
+    CHECK_STATUS(tolk_model_load(dir, &model), TOLK_ERROR_IO);
+    copy_file(dir, "model.bin", 1000);
+    CHECK_STATUS(tolk_model_load(dir, &model), TOLK_ERROR_INVALID_MODEL);
+    CHECK(model == NULL);
+    remove_file(dir, "model.bin");
+    remove_file(dir, "config.json");
+    remove_file(dir, "shared_vocabulary.json");
+    rmdir(dir);
 }
 
-static void test_translate(TolkModel *model) {
-    TolkTranslatorOptions topts = tolk_translator_options_default();
-    TolkTranslator *translator = NULL;
-    CHECK_STATUS(tolk_translator_new(model, &topts, &translator), TOLK_OK);
-    if (translator == NULL) return;
+/* Clearly invalid options are errors with a message, never crashes. */
+static void test_bad_options(TolkModel *model) {
+    TolkTranslator *translator = (TolkTranslator *)&translator;
+    TolkTranslatorOptions t_bad = tolk_translator_options_default();
+    t_bad.compute_type = "int3";
+    CHECK_STATUS(tolk_translator_new(model, &t_bad, &translator), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(translator == NULL);
+    t_bad = tolk_translator_options_default();
+    t_bad.device = "tpu";
+    TolkStatus s = tolk_translator_new(model, &t_bad, &translator);
+    CHECK(s == TOLK_ERROR_INVALID_ARGUMENT || s == TOLK_ERROR_UNSUPPORTED);
+    CHECK(strlen(tolk_last_error()) > 0 && translator == NULL);
+    t_bad = tolk_translator_options_default();
+    t_bad.struct_size = 0;
+    CHECK_STATUS(tolk_translator_new(model, &t_bad, &translator), TOLK_ERROR_INVALID_ARGUMENT);
+    t_bad = tolk_translator_options_default();
+    t_bad.struct_size += 64; /* from a newer header than the library */
+    CHECK_STATUS(tolk_translator_new(model, &t_bad, &translator), TOLK_ERROR_INVALID_ARGUMENT);
 
-    const char *s0[] = {"w3", "w4", "w5"};
-    const char *s1[] = {"w6", "not-in-vocabulary"};
-    const char *const *batch[] = {s0, s1, NULL};
-    size_t lengths[] = {3, 2, 0};
+    translator = new_translator(model, 1);
+    TolkResult *result = (TolkResult *)&result;
+    TolkTranslateOptions bad = tolk_translate_options_default();
+    bad.beam_size = 0;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(result == NULL);
+    bad = tolk_translate_options_default();
+    bad.num_hypotheses = 0;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    bad = tolk_translate_options_default();
+    bad.num_hypotheses = bad.beam_size + 1; /* more hypotheses than the beam holds */
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    bad = tolk_translate_options_default();
+    bad.max_decoding_length = 0;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    bad = tolk_translate_options_default();
+    bad.struct_size = 0;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    bad = tolk_translate_options_default();
+    bad.batch_type = 7;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    bad = tolk_translate_options_default();
+    bad.end_token = "never-seen-token";
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    const char *invalid_utf8[] = {"\xff\xfe"};
+    const char *const *bad_batch[] = {invalid_utf8};
+    size_t one[] = {1};
+    CHECK_STATUS(tolk_translate_batch(translator, bad_batch, one, 1, NULL, NULL, NULL, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(result == NULL);
+    tolk_translator_free(translator);
+}
+
+/* The happy path: beam search with n-best and scores, read back, out of range reads. */
+static void test_translate(TolkModel *model) {
+    TolkTranslator *translator = new_translator(model, 1);
     TolkTranslateOptions opts = tolk_translate_options_default();
     opts.beam_size = 3;
     opts.num_hypotheses = 2;
     opts.return_scores = true;
     opts.max_decoding_length = 12;
     TolkResult *result = NULL;
-    CHECK_STATUS(tolk_translate_batch(translator, batch, lengths, 3, NULL, NULL, &opts, &result), TOLK_OK);
-    CHECK(tolk_result_batch_size(result) == 3);
-    for (size_t i = 0; i < 3; i++) {
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result), TOLK_OK);
+    CHECK(tolk_result_batch_size(result) == BATCH_SIZE);
+    for (size_t i = 0; i < BATCH_SIZE; i++) {
         CHECK(tolk_result_num_hypotheses(result, i) == 2);
         float previous = INFINITY;
         for (size_t h = 0; h < 2; h++) {
@@ -108,126 +217,185 @@ static void test_translate(TolkModel *model) {
             float score = NAN;
             CHECK_STATUS(tolk_result_hypothesis(result, i, h, &tokens, &n, &score), TOLK_OK);
             CHECK(n <= 12);
-            CHECK(!isnan(score) && score <= previous);
+            CHECK(!isnan(score) && score <= 0 && score <= previous); /* best first */
             previous = score;
             for (size_t t = 0; t < n; t++) CHECK(tokens[t] != NULL && strlen(tokens[t]) > 0);
         }
     }
-    /* The empty source translates to an empty hypothesis with score 0 (CTranslate2). */
+    /* Non-empty sources give non-empty translations (the fixture never ends at once)... */
     const char *const *tokens = NULL;
-    size_t n = 1;
+    size_t n = 0;
     float score = 1;
-    CHECK_STATUS(tolk_result_hypothesis(result, 2, 0, &tokens, &n, &score), TOLK_OK);
+    CHECK_STATUS(tolk_result_hypothesis(result, 0, 0, &tokens, &n, &score), TOLK_OK);
+    CHECK(n > 0);
+    /* ...and the empty source an empty hypothesis with score 0, as in CTranslate2. */
+    CHECK_STATUS(tolk_result_hypothesis(result, 3, 0, &tokens, &n, &score), TOLK_OK);
     CHECK(n == 0 && score == 0.0f);
-    CHECK_STATUS(tolk_result_hypothesis(result, 3, 0, &tokens, &n, NULL), TOLK_ERROR_OUT_OF_RANGE);
+    CHECK(tolk_result_num_hypotheses(result, BATCH_SIZE) == 0);
+    CHECK_STATUS(tolk_result_hypothesis(result, BATCH_SIZE, 0, &tokens, &n, NULL), TOLK_ERROR_OUT_OF_RANGE);
+    CHECK_STATUS(tolk_result_hypothesis(result, (size_t)-1, 0, &tokens, &n, NULL), TOLK_ERROR_OUT_OF_RANGE);
     CHECK_STATUS(tolk_result_hypothesis(result, 0, 2, &tokens, &n, NULL), TOLK_ERROR_OUT_OF_RANGE);
     tolk_result_free(result);
 
-    /* Scores are NaN when not requested; NULL options mean defaults; empty batch works. */
+    /* NULL options are the defaults; scores are NaN when not requested. */
     result = NULL;
-    CHECK_STATUS(tolk_translate_batch(translator, batch, lengths, 1, NULL, NULL, NULL, &result), TOLK_OK);
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, 1, NULL, NULL, NULL, &result), TOLK_OK);
+    CHECK(tolk_result_num_hypotheses(result, 0) == 1);
     CHECK_STATUS(tolk_result_hypothesis(result, 0, 0, &tokens, &n, &score), TOLK_OK);
     CHECK(isnan(score));
     tolk_result_free(result);
+
+    /* An empty batch works, with or without arrays. */
     result = NULL;
     CHECK_STATUS(tolk_translate_batch(translator, NULL, NULL, 0, NULL, NULL, NULL, &result), TOLK_OK);
-    CHECK(tolk_result_batch_size(result) == 0);
+    CHECK(result != NULL && tolk_result_batch_size(result) == 0);
+    CHECK_STATUS(tolk_result_hypothesis(result, 0, 0, &tokens, &n, NULL), TOLK_ERROR_OUT_OF_RANGE);
+    tolk_result_free(result);
+
+    /* A batch of only empty sentences. */
+    const char *const *empties[] = {NULL, NULL};
+    size_t zeros[] = {0, 0};
+    result = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, empties, zeros, 2, NULL, NULL, &opts, &result), TOLK_OK);
+    CHECK(tolk_result_batch_size(result) == 2);
+    CHECK_STATUS(tolk_result_hypothesis(result, 1, 1, &tokens, &n, &score), TOLK_OK);
+    CHECK(n == 0);
     tolk_result_free(result);
 
     /* A target prefix starts every hypothesis. */
-    const char *p0[] = {"w7", "w8"};
-    const char *const *prefix[] = {p0, NULL, NULL};
-    size_t prefix_lengths[] = {2, 0, 0};
+    const char *p0[] = {"q", "r"};
+    const char *const *prefix[] = {p0, NULL, NULL, NULL};
+    size_t prefix_lengths[] = {2, 0, 0, 0};
     result = NULL;
-    CHECK_STATUS(tolk_translate_batch(translator, batch, lengths, 3, prefix, prefix_lengths, &opts, &result), TOLK_OK);
-    CHECK_STATUS(tolk_result_hypothesis(result, 0, 0, &tokens, &n, NULL), TOLK_OK);
-    CHECK(n >= 2 && strcmp(tokens[0], "w7") == 0 && strcmp(tokens[1], "w8") == 0);
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, prefix, prefix_lengths, &opts, &result), TOLK_OK);
+    for (size_t h = 0; h < 2; h++) {
+        CHECK_STATUS(tolk_result_hypothesis(result, 0, h, &tokens, &n, NULL), TOLK_OK);
+        CHECK(n >= 2 && strcmp(tokens[0], "q") == 0 && strcmp(tokens[1], "r") == 0);
+    }
     tolk_result_free(result);
-
-    /* Bad options are errors, not crashes. */
-    TolkTranslateOptions bad = tolk_translate_options_default();
-    bad.beam_size = 0;
-    result = (TolkResult *)0x1;
-    CHECK_STATUS(tolk_translate_batch(translator, batch, lengths, 3, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
-    CHECK(result == NULL);
-    bad = tolk_translate_options_default();
-    bad.num_hypotheses = 5;
-    CHECK_STATUS(tolk_translate_batch(translator, batch, lengths, 3, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
-    bad = tolk_translate_options_default();
-    bad.struct_size = 0;
-    CHECK_STATUS(tolk_translate_batch(translator, batch, lengths, 3, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
-    bad = tolk_translate_options_default();
-    bad.batch_type = 7;
-    CHECK_STATUS(tolk_translate_batch(translator, batch, lengths, 3, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
-    bad = tolk_translate_options_default();
-    bad.end_token = "never-seen-token";
-    CHECK_STATUS(tolk_translate_batch(translator, batch, lengths, 3, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
-    const char *const *null_sentence[] = {NULL};
-    size_t nonzero[] = {2};
-    CHECK_STATUS(tolk_translate_batch(translator, null_sentence, nonzero, 1, NULL, NULL, NULL, &result), TOLK_ERROR_INVALID_ARGUMENT);
-    const char *invalid_utf8[] = {"\xff\xfe"};
-    const char *const *bad_batch[] = {invalid_utf8};
-    size_t one[] = {1};
-    CHECK_STATUS(tolk_translate_batch(translator, bad_batch, one, 1, NULL, NULL, NULL, &result), TOLK_ERROR_INVALID_ARGUMENT);
     tolk_translator_free(translator);
-
-    /* Bad translator options. */
-    TolkTranslatorOptions t_bad = tolk_translator_options_default();
-    t_bad.compute_type = "int3";
-    translator = (TolkTranslator *)0x1;
-    CHECK_STATUS(tolk_translator_new(model, &t_bad, &translator), TOLK_ERROR_INVALID_ARGUMENT);
-    CHECK(translator == NULL);
-    t_bad = tolk_translator_options_default();
-    t_bad.device = "tpu";
-    CHECK_STATUS(tolk_translator_new(model, &t_bad, &translator), TOLK_ERROR_INVALID_ARGUMENT);
-    t_bad = tolk_translator_options_default();
-    t_bad.struct_size = 0;
-    CHECK_STATUS(tolk_translator_new(model, &t_bad, &translator), TOLK_ERROR_INVALID_ARGUMENT);
 }
 
-typedef struct {
-    TolkTranslator *translator;
-    char output[4096];
-} ThreadJob;
+/* A caller built against an older header passes a smaller struct_size: the fields it
+ * does not know keep their defaults. */
+static void test_struct_size_versioning(TolkModel *model) {
+    TolkTranslator *translator = new_translator(model, 1);
+    TolkTranslateOptions old = tolk_translate_options_default();
+    old.struct_size = (uint32_t)offsetof(TolkTranslateOptions, patience); /* struct_size + beam_size */
+    old.beam_size = 1;
+    old.return_scores = true; /* beyond struct_size: must be ignored */
+    TolkTranslateOptions greedy = tolk_translate_options_default();
+    greedy.beam_size = 1;
+    TolkResult *a = NULL, *b = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &old, &a), TOLK_OK);
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &greedy, &b), TOLK_OK);
+    for (size_t i = 0; a && b && i < BATCH_SIZE; i++) {
+        char x[4096], y[4096];
+        describe(a, i, 0, x, sizeof x);
+        describe(b, i, 0, y, sizeof y);
+        CHECK(strcmp(x, y) == 0); /* same tokens, and NaN scores in both */
+    }
+    tolk_result_free(a);
+    tolk_result_free(b);
+    tolk_translator_free(translator);
+}
 
-static void *translate_in_thread(void *arg) {
-    ThreadJob *job = arg;
-    const char *s0[] = {"w3", "w9", "w10", "w4"};
-    const char *const *batch[] = {s0};
-    size_t lengths[] = {4};
+/* Results outlive their translator and model; translators outlive their model; several
+ * translators share one model; intra_threads does not change the output. */
+static void test_lifetimes(void) {
+    TolkModel *model = NULL;
+    CHECK_STATUS(tolk_model_load(MODEL_DIR, &model), TOLK_OK);
+    TolkTranslator *one = new_translator(model, 1), *four = new_translator(model, 4);
+    tolk_model_free(model);
     TolkTranslateOptions opts = tolk_translate_options_default();
     opts.beam_size = 2;
-    for (int round = 0; round < 5; round++) {
-        TolkResult *result = NULL;
-        if (tolk_translate_batch(job->translator, batch, lengths, 1, NULL, NULL, &opts, &result) != TOLK_OK) {
-            snprintf(job->output, sizeof job->output, "error: %s", tolk_last_error());
-            return NULL;
-        }
-        best(result, 0, job->output, sizeof job->output);
-        tolk_result_free(result);
+    opts.return_scores = true;
+    TolkResult *a = NULL, *b = NULL;
+    CHECK_STATUS(tolk_translate_batch(one, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &a), TOLK_OK);
+    CHECK_STATUS(tolk_translate_batch(four, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &b), TOLK_OK);
+    tolk_translator_free(one);
+    tolk_translator_free(four);
+    for (size_t i = 0; a && b && i < BATCH_SIZE; i++) {
+        char x[4096], y[4096];
+        describe(a, i, 0, x, sizeof x);
+        describe(b, i, 0, y, sizeof y);
+        if (strcmp(x, y) != 0) fprintf(stderr, "intra_threads 1: %s\nintra_threads 4: %s\n", x, y);
+        CHECK(strcmp(x, y) == 0);
+    }
+    tolk_result_free(a);
+    tolk_result_free(b);
+}
+
+#ifndef THREADS /* -DTHREADS=16 -DROUNDS=50 for a stress run */
+#define THREADS 4
+#endif
+#ifndef ROUNDS
+#define ROUNDS 3
+#endif
+
+typedef struct {
+    const TolkTranslator *translator;
+    char output[BATCH_SIZE][4096];
+    int mismatches;
+    char fresh_error[64]; /* tolk_last_error() of the new thread before any call */
+} ThreadJob;
+
+static void translate_all(const TolkTranslator *translator, char out[BATCH_SIZE][4096]) {
+    TolkTranslateOptions opts = tolk_translate_options_default();
+    opts.beam_size = 2;
+    opts.return_scores = true;
+    TolkResult *result = NULL;
+    if (tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result) != TOLK_OK) {
+        for (size_t i = 0; i < BATCH_SIZE; i++) snprintf(out[i], 4096, "error: %s", tolk_last_error());
+        return;
+    }
+    for (size_t i = 0; i < BATCH_SIZE; i++) describe(result, i, 0, out[i], 4096);
+    tolk_result_free(result);
+}
+
+static void *thread_main(void *arg) {
+    ThreadJob *job = arg;
+    snprintf(job->fresh_error, sizeof job->fresh_error, "%s", tolk_last_error());
+    char first[BATCH_SIZE][4096];
+    translate_all(job->translator, first);
+    for (int round = 1; round < ROUNDS; round++) {
+        translate_all(job->translator, job->output);
+        for (size_t i = 0; i < BATCH_SIZE; i++) job->mismatches += strcmp(first[i], job->output[i]) != 0;
     }
     return NULL;
 }
 
-/* One translator used by 4 threads at once gives the same result everywhere; the model
- * may be freed while a translator still uses it. */
-static void test_threads_and_lifetimes(void) {
+/* One translator used by 4 threads at once gives the single-threaded result everywhere,
+ * also when each call itself runs on several threads; tolk_last_error() is per thread. */
+static void test_threads(uint32_t intra_threads) {
     TolkModel *model = NULL;
     CHECK_STATUS(tolk_model_load(MODEL_DIR, &model), TOLK_OK);
-    TolkTranslator *translator = NULL;
-    CHECK_STATUS(tolk_translator_new(model, NULL, &translator), TOLK_OK);
+    TolkTranslator *translator = new_translator(model, intra_threads);
     tolk_model_free(model);
     if (translator == NULL) return;
-    ThreadJob jobs[4];
-    pthread_t threads[4];
-    for (int i = 0; i < 4; i++) {
+    static char reference[BATCH_SIZE][4096];
+    translate_all(translator, reference);
+    CHECK(strncmp(reference[0], "error", 5) != 0);
+
+    CHECK_STATUS(tolk_model_load(NULL, NULL), TOLK_ERROR_NULL_POINTER); /* main thread has an error now */
+    static ThreadJob jobs[THREADS];
+    pthread_t threads[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        memset(&jobs[i], 0, sizeof jobs[i]);
         jobs[i].translator = translator;
-        jobs[i].output[0] = '\0';
-        pthread_create(&threads[i], NULL, translate_in_thread, &jobs[i]);
+        CHECK(pthread_create(&threads[i], NULL, thread_main, &jobs[i]) == 0);
     }
-    for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
-    for (int i = 1; i < 4; i++) CHECK(strcmp(jobs[0].output, jobs[i].output) == 0);
-    CHECK(strncmp(jobs[0].output, "error", 5) != 0);
+    for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
+    for (int i = 0; i < THREADS; i++) {
+        CHECK(jobs[i].fresh_error[0] == '\0');
+        CHECK(jobs[i].mismatches == 0);
+        for (size_t s = 0; s < BATCH_SIZE; s++) {
+            if (strcmp(reference[s], jobs[i].output[s]) != 0)
+                fprintf(stderr, "intra_threads %u, thread %d, sentence %zu: %s != %s\n", (unsigned)intra_threads, i, s,
+                        jobs[i].output[s], reference[s]);
+            CHECK(strcmp(reference[s], jobs[i].output[s]) == 0);
+        }
+    }
     tolk_translator_free(translator);
 }
 
@@ -237,18 +405,19 @@ int main(int argc, char **argv) {
         return 2;
     }
     MODEL_DIR = argv[1];
+    CHECK(tolk_last_error() != NULL && tolk_last_error()[0] == '\0'); /* no failure yet */
     test_versions();
-    test_null_pointers();
     test_load_errors();
     TolkModel *model = NULL;
     CHECK_STATUS(tolk_model_load(MODEL_DIR, &model), TOLK_OK);
-    if (model != NULL) test_translate(model);
+    if (model == NULL) return finish("api_test");
+    test_null_pointers(model);
+    test_bad_options(model);
+    test_translate(model);
+    test_struct_size_versioning(model);
     tolk_model_free(model);
-    test_threads_and_lifetimes();
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("api_test: all checks passed\n");
-    return 0;
+    test_lifetimes();
+    test_threads(1);
+    test_threads(3);
+    return finish("api_test");
 }
