@@ -222,14 +222,18 @@ pub extern "C" fn tolk_abi_version() -> u32 {
     TOLK_ABI_VERSION
 }
 
-/// The CPU kernel path in use: "scalar", "avx2" or "avx512" (chosen by CPUID, or forced
-/// lower with the environment variable TOLK_CPU_ISA). Static string.
+/// The CPU kernel path in use: "scalar", "avx2", "avxvnni", "avx512bw" or "avx512vnni"
+/// (chosen by CPUID, or forced lower with the environment variable TOLK_CPU_ISA). Static
+/// string.
 #[no_mangle]
 pub extern "C" fn tolk_cpu_isa() -> *const c_char {
-    match crate::backend::cpu::isa::current() {
-        crate::backend::cpu::isa::Isa::Scalar => c"scalar".as_ptr(),
-        crate::backend::cpu::isa::Isa::Avx2 => c"avx2".as_ptr(),
-        crate::backend::cpu::isa::Isa::Avx512 => c"avx512".as_ptr(),
+    use crate::backend::cpu::isa::{current, Isa};
+    match current() {
+        Isa::Scalar => c"scalar".as_ptr(),
+        Isa::Avx2 => c"avx2".as_ptr(),
+        Isa::AvxVnni => c"avxvnni".as_ptr(),
+        Isa::Avx512Bw => c"avx512bw".as_ptr(),
+        Isa::Avx512Vnni => c"avx512vnni".as_ptr(),
     }
 }
 

@@ -1,54 +1,102 @@
 //! Run-time choice of the instruction set for the CPU kernels: detected with CPUID, or
-//! forced lower with `TOLK_CPU_ISA=scalar|avx2|avx512` so every path can be tested on
-//! one machine.
+//! forced lower with `TOLK_CPU_ISA=scalar|avx2|avxvnni|avx512bw|avx512vnni` so every
+//! path can be tested on one machine.
+//!
+//! The levels differ in what they bring: float32 kernels use AVX2+FMA or AVX-512F; int8
+//! kernels use `vpmaddubsw` (AVX2, AVX-512BW) or the VNNI dot product `vpdpbusd`
+//! (256-bit AVX-VNNI, 512-bit AVX-512 VNNI).
 use std::cell::Cell;
 use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
+    /// Portable Rust: the reference every other path is tested against.
     Scalar,
     /// AVX2 + FMA.
     Avx2,
-    /// AVX-512F.
+    /// AVX2 + FMA + AVX-VNNI (256-bit `vpdpbusd`, e.g. Alder Lake, Zen 5).
+    AvxVnni,
+    /// AVX-512 F/BW/VL without VNNI (Skylake-X).
+    Avx512Bw,
+    /// AVX-512 F/BW/VL + AVX-512 VNNI (Ice Lake and later, Zen 4/5).
+    Avx512Vnni,
+}
+
+/// The width of the float32 kernels an [`Isa`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloatLevel {
+    Scalar,
+    Avx2,
     Avx512,
 }
+
+pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Bw, Isa::Avx512Vnni];
 
 impl Isa {
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
-            Isa::Avx512 => "avx512",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx512Bw => "avx512bw",
+            Isa::Avx512Vnni => "avx512vnni",
         }
     }
 
-    fn parse(name: &str) -> Option<Isa> {
+    pub fn parse(name: &str) -> Option<Isa> {
         Some(match name.trim().to_ascii_lowercase().as_str() {
             "scalar" | "generic" => Isa::Scalar,
-            "avx2" | "avxvnni" => Isa::Avx2,
-            "avx512" | "avx512f" | "avx512bw" | "avx512vnni" => Isa::Avx512,
+            "avx2" => Isa::Avx2,
+            "avxvnni" | "avx-vnni" | "avx_vnni" => Isa::AvxVnni,
+            "avx512" | "avx512f" | "avx512bw" => Isa::Avx512Bw,
+            "avx512vnni" | "avx512_vnni" => Isa::Avx512Vnni,
             _ => return None,
         })
+    }
+
+    pub fn float_level(self) -> FloatLevel {
+        match self {
+            Isa::Scalar => FloatLevel::Scalar,
+            Isa::Avx2 | Isa::AvxVnni => FloatLevel::Avx2,
+            Isa::Avx512Bw | Isa::Avx512Vnni => FloatLevel::Avx512,
+        }
+    }
+
+    /// Whether this CPU can run the level.
+    pub fn is_supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = || is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            let avx512 = || {
+                is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && avx2()
+            };
+            match self {
+                Isa::Scalar => true,
+                Isa::Avx2 => avx2(),
+                Isa::AvxVnni => avx2() && is_x86_feature_detected!("avxvnni"),
+                Isa::Avx512Bw => avx512(),
+                Isa::Avx512Vnni => avx512() && is_x86_feature_detected!("avx512vnni"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Isa::Scalar
+        }
     }
 }
 
 /// The best ISA this CPU supports.
 pub fn detected() -> Isa {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            return Isa::Avx512;
-        }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            return Isa::Avx2;
-        }
-    }
-    Isa::Scalar
+    static DETECTED: OnceLock<Isa> = OnceLock::new();
+    *DETECTED.get_or_init(|| ALL.into_iter().rev().find(|i| i.is_supported()).unwrap_or(Isa::Scalar))
 }
 
 /// Every ISA usable here, lowest first (what the kernel tests iterate over).
 pub fn available() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= detected()).collect()
+    ALL.into_iter().filter(|i| i.is_supported()).collect()
 }
 
 static SELECTED: OnceLock<Isa> = OnceLock::new();
@@ -57,24 +105,21 @@ thread_local! {
     static OVERRIDE: Cell<Option<Isa>> = const { Cell::new(None) };
 }
 
-/// The ISA kernels use: a test override, else `TOLK_CPU_ISA` (never above what the CPU
-/// supports), else the detected one.
+/// The ISA kernels use: a test override, else `TOLK_CPU_ISA` (the highest supported
+/// level not above the one asked for), else the detected one.
 pub fn current() -> Isa {
     if let Some(isa) = OVERRIDE.with(Cell::get) {
         return isa;
     }
-    *SELECTED.get_or_init(|| {
-        let best = detected();
-        match std::env::var("TOLK_CPU_ISA").ok().as_deref().and_then(Isa::parse) {
-            Some(forced) => forced.min(best),
-            None => best,
-        }
+    *SELECTED.get_or_init(|| match std::env::var("TOLK_CPU_ISA").ok().as_deref().and_then(Isa::parse) {
+        Some(forced) => ALL.into_iter().rev().find(|i| *i <= forced && i.is_supported()).unwrap_or(Isa::Scalar),
+        None => detected(),
     })
 }
 
 /// Runs `f` with kernels forced to `isa` on this thread (for tests and benchmarks).
 pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
-    assert!(isa <= detected(), "{isa:?} is not supported by this CPU");
+    assert!(isa.is_supported(), "{isa:?} is not supported by this CPU");
     let previous = OVERRIDE.with(|o| o.replace(Some(isa)));
     let r = f();
     OVERRIDE.with(|o| o.set(previous));
@@ -87,8 +132,8 @@ macro_rules! dispatch_isa {
     ($generic:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {{
         #[cfg(target_arch = "x86_64")]
         {
-            use $crate::backend::cpu::isa::{self, Isa};
-            #[target_feature(enable = "avx512f")]
+            use $crate::backend::cpu::isa::{self, FloatLevel};
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
             unsafe fn avx512($($arg: $ty),*) -> $ret {
                 $generic($($arg),*)
             }
@@ -96,11 +141,11 @@ macro_rules! dispatch_isa {
             unsafe fn avx2($($arg: $ty),*) -> $ret {
                 $generic($($arg),*)
             }
-            match isa::current() {
+            match isa::current().float_level() {
                 // SAFETY: isa::current() never reports more than the CPU supports.
-                Isa::Avx512 => return unsafe { avx512($($arg),*) },
-                Isa::Avx2 => return unsafe { avx2($($arg),*) },
-                Isa::Scalar => {}
+                FloatLevel::Avx512 => return unsafe { avx512($($arg),*) },
+                FloatLevel::Avx2 => return unsafe { avx2($($arg),*) },
+                FloatLevel::Scalar => {}
             }
         }
         $generic($($arg),*)

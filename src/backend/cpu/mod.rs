@@ -1,5 +1,8 @@
-//! CPU kernels: float32 matrix products with packed weights (`packed`, dispatched by
-//! `isa`) and the element-wise and row-wise operations of a Transformer (`ops`).
+//! CPU kernels, dispatched at run time by `isa`: matrix products with weights packed at
+//! load in float32 (`packed`), int8 (`int8`) and int16 (`int16`), and the element-wise
+//! and row-wise operations of a Transformer (`ops`).
+pub mod int16;
+pub mod int8;
 pub mod isa;
 pub mod ops;
 pub mod packed;

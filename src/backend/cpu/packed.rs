@@ -6,7 +6,7 @@
 //! columns, each `[k][32]` contiguous (zero-padded at the tail), and a register-tiled
 //! kernel reads every panel exactly once per row block. The kernel is chosen at run time:
 //! AVX-512F, AVX2+FMA, or a portable scalar reference.
-use super::isa::{self, Isa};
+use super::isa::{self, FloatLevel};
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
@@ -74,12 +74,12 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
     if let Some(b) = bias {
         assert!(b.len() >= n);
     }
-    let isa = isa::current();
+    let level = isa::current().float_level();
     let panels = n.div_ceil(NR);
     let out = OutPtr(y.as_mut_ptr());
     // AVX-512 reads the rows of x interleaved in groups of 8 ([k][8] per group, zero
     // padded), so the broadcasts in the kernel walk memory sequentially.
-    let x_interleaved = if isa == Isa::Avx512 { interleave_rows(x, m, k) } else { Vec::new() };
+    let x_interleaved = if level == FloatLevel::Avx512 { interleave_rows(x, m, k) } else { Vec::new() };
     let block = row_block(k);
     let run = |p0: usize, p1: usize| {
         for r0 in (0..m).step_by(block) {
@@ -90,15 +90,15 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
                 // SAFETY: each panel writes only its own columns of rows r0..r0+rows, all
                 // inside `y` (checked above), so concurrent panels never overlap.
                 let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0 * n + p * NR), (rows - 1) * n + cols) };
-                match isa {
-                    // SAFETY: `isa` never exceeds what the CPU supports (see isa::current).
+                match level {
+                    // SAFETY: `level` never exceeds what the CPU supports (see isa::current).
                     #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512 => unsafe {
+                    FloatLevel::Avx512 => unsafe {
                         let xi = &x_interleaved[r0 * k..];
                         x86::panel_avx512(&tile, xi, y, n, rows, cols)
                     },
                     #[cfg(target_arch = "x86_64")]
-                    Isa::Avx2 => unsafe { x86::panel_avx2(&tile, y, n, rows, cols) },
+                    FloatLevel::Avx2 => unsafe { x86::panel_avx2(&tile, y, n, rows, cols) },
                     _ => panel_scalar(&tile, y, n, rows, cols),
                 }
             }

@@ -1,0 +1,1 @@
+//! int16 Linear layers (being written).

@@ -1,0 +1,1 @@
+//! int8 Linear layers (being written).
