@@ -4,30 +4,36 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::backend::cpu::packed::{matmul_packed, PackedMatrix};
+use crate::backend::cpu::int8::PackedI8Matrix;
+use crate::backend::cpu::packed::PackedMatrix;
+use crate::backend::cpu::weight::PackedWeight;
 use crate::backend::cpu::{ops, Ctx};
 use crate::error::{Error, Result};
-use crate::format::ct2::ModelBin;
+use crate::format::ct2::{ModelBin, Quantized};
 use crate::tensor::Tensor;
+use crate::ComputeType;
 
 /// Reads weights by their CTranslate2 name and remembers which names were used, so that
 /// any variable the model builder did not understand is reported instead of ignored.
 pub struct WeightReader<'a> {
     bin: &'a ModelBin,
+    /// What weights are converted to (concrete: float32, int8 or int16).
+    compute_type: ComputeType,
     used: RefCell<BTreeSet<String>>,
     /// Converted tensors by stored name: aliases (tied embeddings) share one copy.
     converted: RefCell<HashMap<String, Weight>>,
     /// Packed matrices by stored name, for weights shared by several layers.
-    packed: RefCell<HashMap<String, Arc<PackedMatrix>>>,
+    packed: RefCell<HashMap<String, Arc<PackedWeight>>>,
 }
 
 /// A weight shared by the layers that use it (tied embeddings and projections).
 pub type Weight = Arc<Tensor>;
 
 impl<'a> WeightReader<'a> {
-    pub fn new(bin: &'a ModelBin) -> Self {
+    pub fn new(bin: &'a ModelBin, compute_type: ComputeType) -> Self {
         WeightReader {
             bin,
+            compute_type,
             used: RefCell::new(BTreeSet::new()),
             converted: RefCell::new(HashMap::new()),
             packed: RefCell::new(HashMap::new()),
@@ -75,8 +81,9 @@ impl<'a> WeightReader<'a> {
         self.bin.resolve(name).map(|v| v.name.clone())
     }
 
-    /// A weight `[n, k]` packed for `matmul_packed`; shared weights are packed once.
-    pub fn packed(&self, name: &str, n: usize, k: usize) -> Result<Arc<PackedMatrix>> {
+    /// A weight `[n, k]` converted to the compute type and packed; shared weights are
+    /// packed once.
+    pub fn packed(&self, name: &str, n: usize, k: usize) -> Result<Arc<PackedWeight>> {
         let stored = self.stored_name(name).unwrap_or_default();
         if let Some(p) = self.packed.borrow().get(&stored) {
             if (p.rows(), p.cols()) != (n, k) {
@@ -85,13 +92,37 @@ impl<'a> WeightReader<'a> {
             self.mark(name);
             return Ok(Arc::clone(p));
         }
-        let weight = self.tensor(name)?;
-        check_shape(name, &weight, &[n, k])?;
-        let p = Arc::new(PackedMatrix::pack(&weight, n, k));
+        let dims = self.dims(name)?;
+        if dims != [n, k] {
+            return Err(Error::invalid_model(format!("model.bin: {name} has shape {dims:?}, expected [{n}, {k}]")));
+        }
+        let dbg_f32 = std::env::var("TOLK_DBG_F32").ok().is_some_and(|v| v.split(',').any(|p| !p.is_empty() && name.contains(p)));
+        let saved = match self.compute_type {
+            ComputeType::Int8 | ComputeType::Int16 => self.bin.quantized(name)?,
+            _ => None,
+        };
+        let ct = if dbg_f32 { ComputeType::Float32 } else { self.compute_type };
+        let p = Arc::new(match (ct, saved) {
+            // Saved in the compute type: used as is, exactly as CTranslate2 does.
+            (ComputeType::Int8, Some(Quantized::Int8 { values, scales })) => {
+                self.mark(name);
+                PackedWeight::Int8(PackedI8Matrix::from_quantized(&values, scales, n, k))
+            }
+            // Otherwise through float32 (int8 <-> int16 dequantize and requantize).
+            (ComputeType::Int8, _) => PackedWeight::Int8(PackedI8Matrix::quantize(&self.tensor(name)?, n, k)),
+            (ComputeType::Int16, _) => {
+                return Err(Error::unsupported("int16 is not wired yet"));
+            }
+            _ => PackedWeight::Float32(PackedMatrix::pack(&self.tensor(name)?, n, k)),
+        });
         if self.bin.is_alias_target(&stored) {
             self.packed.borrow_mut().insert(stored, Arc::clone(&p));
         }
         Ok(p)
+    }
+
+    pub fn compute_type(&self) -> ComputeType {
+        self.compute_type
     }
 
     /// Drops the converted copy of a shared weight once its packed form is all that is used.
@@ -192,7 +223,7 @@ fn check_shape(name: &str, t: &Tensor, expected: &[usize]) -> Result<()> {
 
 /// `y = x · Wᵀ + b` with `W` stored [out, in].
 pub struct Linear {
-    weight: Arc<PackedMatrix>,
+    weight: Arc<PackedWeight>,
     bias: Option<Weight>,
 }
 
@@ -214,7 +245,7 @@ impl Linear {
         self.weight.cols()
     }
 
-    pub fn weight(&self) -> &Arc<PackedMatrix> {
+    pub fn weight(&self) -> &Arc<PackedWeight> {
         &self.weight
     }
 
@@ -227,7 +258,7 @@ impl Linear {
             out.resize(needed, 0.0);
         }
         out.truncate(needed);
-        matmul_packed(x, &self.weight, self.bias.as_deref().map(|b| &b[..]), out, rows, ctx.threads);
+        self.weight.matmul(x, self.bias.as_deref().map(|b| &b[..]), out, rows, ctx.threads);
     }
 }
 
@@ -330,11 +361,12 @@ impl WeightReader<'_> {
     }
 }
 
-/// An embedding table: dense rows, or the packed output projection it is tied to (so a
-/// shared 65k x 512 matrix is stored once).
+/// An embedding table: dense float rows, or packed rows read back dequantized: the output
+/// projection it is tied to (so a shared 65k x 512 matrix is stored once) or, with a
+/// quantized compute type, its own quantized table (CTranslate2 quantizes embeddings too).
 pub enum EmbeddingTable {
     Dense(Weight),
-    Packed(Arc<PackedMatrix>),
+    Packed(Arc<PackedWeight>),
 }
 
 impl EmbeddingTable {
@@ -344,7 +376,8 @@ impl EmbeddingTable {
         if dims.len() != 2 || dims[0] == 0 || dims[1] == 0 {
             return Err(Error::invalid_model(format!("model.bin: {name} has shape {dims:?}, expected [vocabulary, d]")));
         }
-        if w.contains(tied_projection) && w.stored_name(name) == w.stored_name(tied_projection) {
+        let tied = w.contains(tied_projection) && w.stored_name(name) == w.stored_name(tied_projection);
+        if tied || w.compute_type() != ComputeType::Float32 {
             let packed = w.packed(name, dims[0], dims[1])?;
             w.forget_converted(name);
             return Ok(EmbeddingTable::Packed(packed));

@@ -7,7 +7,8 @@ pub mod transformer;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::format::ct2::{Ct2Config, Ct2Dir, Vocabulary};
+use crate::format::ct2::{Ct2Config, Ct2Dir, DType, Vocabulary};
+use crate::ComputeType;
 use layers::WeightReader;
 pub use transformer::{Decoder, DecoderState, Encoder, EncoderOutput};
 
@@ -23,10 +24,15 @@ pub struct TransformerModel {
     pub target_vocabulary: Vocabulary,
     pub binary_version: u32,
     pub spec_revision: u32,
+    /// What the weights were built for (concrete: float32, int8 or int16).
+    pub compute_type: ComputeType,
+    /// The dtype the model file stores its weights in.
+    pub saved_weight_type: DType,
 }
 
 impl TransformerModel {
-    pub fn load(dir: &Path) -> Result<TransformerModel> {
+    /// Loads and builds the model with weights converted for `compute_type`.
+    pub fn load(dir: &Path, compute_type: ComputeType) -> Result<TransformerModel> {
         let Ct2Dir { bin, config, source_vocabulary, target_vocabulary } = Ct2Dir::open(dir)?;
         if !TRANSFORMER_SPECS.contains(&bin.spec_name.as_str()) {
             return Err(Error::unsupported(format!(
@@ -34,7 +40,9 @@ impl TransformerModel {
                 bin.spec_name
             )));
         }
-        let w = WeightReader::new(&bin);
+        let saved_weight_type = bin.saved_weight_type();
+        let compute_type = compute_type.resolve(saved_weight_type);
+        let w = WeightReader::new(&bin, compute_type);
         let encoder = Encoder::load(&w, config.layer_norm_epsilon)?;
         let decoder = Decoder::load(&w, config.layer_norm_epsilon)?;
         w.ensure_all_used()?;
@@ -58,6 +66,8 @@ impl TransformerModel {
         Ok(TransformerModel {
             binary_version: bin.binary_version,
             spec_revision: bin.spec_revision,
+            compute_type,
+            saved_weight_type,
             encoder,
             decoder,
             config,

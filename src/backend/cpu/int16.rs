@@ -1,1 +1,461 @@
-//! int16 Linear layers (being written).
+//! int16 Linear layers: `y = x · Wᵀ` with `W` quantized per tensor and `x` quantized on the
+//! fly, multiplied as 16-bit integers with 32-bit accumulation.
+//!
+//! Numerics of CTranslate2 4.8 on CPU for compute_type int16 (binary version >= 5, rounding
+//! half to even with `nearbyintf` / `np.rint`):
+//! - weights, src/ops/quantize_cpu.cc (PER_LAYER, as src/models/model.cc and model_spec.py
+//!   use): `scale_w = 1024 / amax(|W|)`, `q = clamp(rne(w * scale_w), -32768, 32767)`;
+//! - activations, src/layers/common.cc (Dense, ScaleType::GLOBAL) with src/ops/quantize.cc
+//!   `global_int16_scale = 1000`: `q = clamp(rne(x * 1000), -32768, 32767)`, so |x| > 32.767
+//!   saturates;
+//! - output, src/ops/dequantize_cpu.cc then BiasAdd (src/ops/gemm.cc):
+//!   `y = float(acc) * (1 / (1000 * scale_w)) + bias`.
+//!
+//! Weights are packed once into panels of `NR = 32` output columns with k in pairs,
+//! `[k/2][32][2]` i16, the operand layout of `vpmaddwd` / `vpdpwssd` (two s16 x s16 products
+//! summed per 32-bit lane); activation rows are interleaved by 8 as `[k/2][8]` 32-bit pairs
+//! so that one broadcast feeds a whole panel row. Sums are exact while they fit an i32 (with
+//! CT2's weights, |q| <= 1024: k * |x| <= 2^21 always does); beyond that every path wraps
+//! modulo 2^32 identically (CT2 leaves overflow to MKL), so all ISAs are bit-identical.
+use super::isa::{self, Isa};
+
+/// Output columns per packed panel.
+pub const NR: usize = 32;
+/// Activation rows interleaved together (the tile height of the AVX-512 kernels).
+const MR: usize = 8;
+/// CTranslate2's fixed input scale of int16 Dense layers (`global_int16_scale`).
+const X_SCALE: f32 = 1000.0;
+
+/// `clamp(rne(v * scale))` as an i16, as CTranslate2's quantize_s16_kernel (a NaN gives 0).
+#[inline(always)]
+fn quantize_value(v: f32, scale: f32) -> i16 {
+    (v * scale).round_ties_even().clamp(-32768.0, 32767.0) as i16
+}
+
+/// A weight matrix `[n, k]` quantized to int16 (one scale) and packed for [`matmul_i16`].
+pub struct PackedI16Matrix {
+    /// Panels `[pairs][NR][2]`, starting 64-byte aligned at `data[start]`.
+    data: Vec<i16>,
+    start: usize,
+    n: usize,
+    k: usize,
+    /// `k / 2` rounded up (an odd k is padded with a zero).
+    pairs: usize,
+    /// CTranslate2's scale: `w = q / scale`.
+    scale: f32,
+}
+
+impl PackedI16Matrix {
+    /// Quantizes float weights `[n, k]` (row = output feature) as CTranslate2 does for
+    /// compute_type int16. A zero tensor gets scale inf and q = 0 (CT2's 0 * inf is NaN,
+    /// cast to an unspecified int, then dequantized by 1 / inf = 0: outputs are 0 + bias).
+    pub fn quantize(w: &[f32], n: usize, k: usize) -> PackedI16Matrix {
+        assert_eq!(w.len(), n * k, "PackedI16Matrix::quantize: size mismatch");
+        let amax = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = 1024.0 / amax;
+        let q: Vec<i16> = w.iter().map(|&v| quantize_value(v, scale)).collect();
+        PackedI16Matrix::from_quantized(&q, scale, n, k)
+    }
+
+    /// Packs weights already quantized (an int16 model.bin): `q[n * k]`, `w = q / scale`.
+    pub fn from_quantized(q: &[i16], scale: f32, n: usize, k: usize) -> PackedI16Matrix {
+        assert_eq!(q.len(), n * k, "PackedI16Matrix::from_quantized: size mismatch");
+        let pairs = k.div_ceil(2);
+        let panel_len = pairs * NR * 2;
+        let mut data = vec![0i16; n.div_ceil(NR) * panel_len + 32];
+        let start = data.as_ptr().align_offset(64).min(31);
+        for c in 0..n {
+            let (p, lane) = (c / NR, c % NR);
+            let panel = &mut data[start + p * panel_len..start + (p + 1) * panel_len];
+            for (kk, &v) in q[c * k..(c + 1) * k].iter().enumerate() {
+                panel[(kk / 2) * NR * 2 + lane * 2 + kk % 2] = v;
+            }
+        }
+        PackedI16Matrix { data, start, n, k, pairs, scale }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Row `i` dequantized as CTranslate2's Dequantize does (`q * (1 / scale)`): an
+    /// embedding lookup on a tied projection.
+    pub fn copy_row(&self, i: usize, out: &mut [f32]) {
+        assert!(i < self.n, "PackedI16Matrix::copy_row: row {i} out of {}", self.n);
+        let (panel, lane, inv_scale) = (self.panel(i / NR), i % NR, 1.0 / self.scale);
+        for (kk, o) in out[..self.k].iter_mut().enumerate() {
+            *o = panel[(kk / 2) * NR * 2 + lane * 2 + kk % 2] as f32 * inv_scale;
+        }
+    }
+
+    fn panel(&self, p: usize) -> &[i16] {
+        let len = self.pairs * NR * 2;
+        &self.data[self.start + p * len..self.start + (p + 1) * len]
+    }
+}
+
+/// Quantizes `x [m, k]` with the fixed scale into rows interleaved by groups of `MR`:
+/// `[group][pairs][MR]`, each entry two consecutive k values as (low, high) halves of an i32
+/// (the 32-bit broadcast of the kernels); padding rows and the odd-k tail are zero.
+fn quantize_activations(x: &[f32], m: usize, k: usize, pairs: usize) -> Vec<i32> {
+    fn quantize_row(row: &[f32], out: &mut [i16]) {
+        fn generic(row: &[f32], out: &mut [i16]) {
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = quantize_value(v, X_SCALE);
+            }
+        }
+        super::isa::dispatch_isa!(generic(row: &[f32], out: &mut [i16]) -> ())
+    }
+    let mut data = vec![0i32; m.div_ceil(MR) * pairs * MR];
+    let mut q = vec![0i16; pairs * 2];
+    for r in 0..m {
+        quantize_row(&x[r * k..(r + 1) * k], &mut q[..k]);
+        let (g, lane) = (r / MR, r % MR);
+        let dst = &mut data[g * pairs * MR..(g + 1) * pairs * MR];
+        for (p, pair) in q.chunks_exact(2).enumerate() {
+            dst[p * MR + lane] = (pair[0] as u16 as u32 | (pair[1] as u16 as u32) << 16) as i32;
+        }
+    }
+    data
+}
+
+/// One panel's epilogue: `y = float(acc) * inv_scale (+ bias)` on its `cols` columns.
+struct Epilogue {
+    inv_scale: f32,
+    bias: Option<[f32; NR]>,
+    cols: usize,
+}
+
+/// Dequantizes `rows` accumulated rows into `y` (row stride `ldy`). Inlined into every
+/// kernel, so it is vectorized for each ISA with the same float operations.
+#[inline(always)]
+fn store_rows(acc: &[[i32; NR]; MR], rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
+    for (r, a) in acc.iter().enumerate().take(rows) {
+        let mut row = [0.0f32; NR];
+        match &e.bias {
+            Some(b) => (0..NR).for_each(|c| row[c] = a[c] as f32 * e.inv_scale + b[c]),
+            None => (0..NR).for_each(|c| row[c] = a[c] as f32 * e.inv_scale),
+        }
+        y[r * ldy..r * ldy + e.cols].copy_from_slice(&row[..e.cols]);
+    }
+}
+
+/// The output pointer shared by the threads of one product (they write disjoint columns).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: the threads of one product write disjoint columns of `y` (see matmul_i16).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`, with CTranslate2's int16 numerics
+/// (see the module comment). With `threads > 1` the panels (disjoint output columns) are
+/// split across the current rayon pool.
+pub fn matmul_i16(x: &[f32], w: &PackedI16Matrix, bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
+    let (n, k, pairs) = (w.n, w.k, w.pairs);
+    assert!(x.len() >= m * k && y.len() >= m * n, "matmul_i16: buffer too small");
+    if let Some(b) = bias {
+        assert!(b.len() >= n, "matmul_i16: bias too short");
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    // Read here: the override of isa::with_isa is per thread.
+    let isa = isa::current();
+    let a = quantize_activations(x, m, k, pairs);
+    let inv_scale = 1.0 / (X_SCALE * w.scale);
+    let (panels, groups) = (n.div_ceil(NR), m.div_ceil(MR));
+    // Row groups per block: the block's activations (~256 KiB) stay in L2 across panels.
+    let block = (256 * 1024 / (pairs * MR * 4).max(1)).max(1);
+    let out = OutPtr(y.as_mut_ptr());
+    let run = |p0: usize, p1: usize| {
+        let mut acc = [[0i32; NR]; MR];
+        for g0 in (0..groups).step_by(block) {
+            for p in p0..p1 {
+                let cols = NR.min(n - p * NR);
+                let e = Epilogue {
+                    inv_scale,
+                    bias: bias.map(|b| std::array::from_fn(|c| if c < cols { b[p * NR + c] } else { 0.0 })),
+                    cols,
+                };
+                let panel = w.panel(p);
+                for g in g0..(g0 + block).min(groups) {
+                    let rows = MR.min(m - g * MR);
+                    let ag = &a[g * pairs * MR..(g + 1) * pairs * MR];
+                    // SAFETY: rows g*MR.. g*MR+rows and the panel's columns lie inside `y`
+                    // (checked above); concurrent panels write disjoint columns.
+                    let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(g * MR * n + p * NR), (rows - 1) * n + cols) };
+                    // SAFETY: `isa` never exceeds what the CPU supports (see isa::current); the
+                    // kernels read `pairs` rows of the panel and of the row group, both that long.
+                    unsafe {
+                        match isa {
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::Avx512Vnni => x86::avx512_vnni(ag, panel, pairs, rows, &e, y, n),
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::Avx512Bw => x86::avx512_bw(ag, panel, pairs, rows, &e, y, n),
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::AvxVnni => x86::avx_vnni(ag, panel, pairs, rows, &e, y, n),
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::Avx2 => x86::avx2(ag, panel, pairs, rows, &e, y, n),
+                            _ => {
+                                tile_scalar(ag, panel, pairs, rows, &mut acc);
+                                store_rows(&acc, rows, &e, y, n);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if threads > 1 && m * n * k >= 1 << 20 && panels >= 2 * threads {
+        let chunk = panels.div_ceil(threads);
+        rayon::scope(|s| {
+            for t in 0..threads {
+                let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
+                if p0 < p1 {
+                    let run = &run;
+                    s.spawn(move |_| run(p0, p1));
+                }
+            }
+        });
+    } else {
+        run(0, panels);
+    }
+}
+
+/// The reference kernel: `acc[r][c] = Σ x[r][k] * w[c][k]` over the packed layouts,
+/// wrapping on overflow as the SIMD kernels do.
+fn tile_scalar(a: &[i32], panel: &[i16], pairs: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
+    for (r, acc_row) in acc.iter_mut().enumerate().take(rows) {
+        *acc_row = [0; NR];
+        for p in 0..pairs {
+            let xp = a[p * MR + r];
+            let (x0, x1) = (xp as i16 as i32, xp >> 16);
+            let ws = &panel[p * NR * 2..(p + 1) * NR * 2];
+            for (c, s) in acc_row.iter_mut().enumerate() {
+                *s = s.wrapping_add(x0 * ws[2 * c] as i32).wrapping_add(x1 * ws[2 * c + 1] as i32);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{store_rows, Epilogue, MR, NR};
+    use std::arch::x86_64::*;
+
+    /// AVX-512 with VNNI: `vpdpwssd` fuses the pair products and the accumulation.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn avx512_vnni(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        panel512::<true>(a, w, pairs, rows, e, y, ldy)
+    }
+
+    /// AVX-512BW: `vpmaddwd` then `vpaddd`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn avx512_bw(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        panel512::<false>(a, w, pairs, rows, e, y, ldy)
+    }
+
+    /// One row group: a tile of up to 8 rows x 32 columns (2 zmm per row).
+    #[inline(always)]
+    unsafe fn panel512<const VNNI: bool>(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        let mut acc = [[0i32; NR]; MR];
+        let (a, w) = (a.as_ptr(), w.as_ptr());
+        match rows {
+            8 => tile512::<8, VNNI>(a, w, pairs, &mut acc),
+            5..=7 => tile512::<7, VNNI>(a, w, pairs, &mut acc),
+            3 | 4 => tile512::<4, VNNI>(a, w, pairs, &mut acc),
+            2 => tile512::<2, VNNI>(a, w, pairs, &mut acc),
+            _ => tile512::<1, VNNI>(a, w, pairs, &mut acc),
+        }
+        store_rows(&acc, rows, e, y, ldy);
+    }
+
+    #[inline(always)]
+    unsafe fn tile512<const R: usize, const VNNI: bool>(a: *const i32, w: *const i16, pairs: usize, acc: &mut [[i32; NR]; MR]) {
+        let mut s0 = [_mm512_setzero_si512(); R];
+        let mut s1 = [_mm512_setzero_si512(); R];
+        for p in 0..pairs {
+            let w0 = _mm512_loadu_si512(w.add(p * NR * 2) as *const _);
+            let w1 = _mm512_loadu_si512(w.add(p * NR * 2 + 32) as *const _);
+            for r in 0..R {
+                let xv = _mm512_set1_epi32(*a.add(p * MR + r));
+                if VNNI {
+                    s0[r] = _mm512_dpwssd_epi32(s0[r], xv, w0);
+                    s1[r] = _mm512_dpwssd_epi32(s1[r], xv, w1);
+                } else {
+                    s0[r] = _mm512_add_epi32(s0[r], _mm512_madd_epi16(xv, w0));
+                    s1[r] = _mm512_add_epi32(s1[r], _mm512_madd_epi16(xv, w1));
+                }
+            }
+        }
+        for r in 0..R {
+            _mm512_storeu_si512(acc[r].as_mut_ptr() as *mut _, s0[r]);
+            _mm512_storeu_si512(acc[r].as_mut_ptr().add(16) as *mut _, s1[r]);
+        }
+    }
+
+    /// AVX-VNNI (256-bit `vpdpwssd`).
+    #[target_feature(enable = "avx2,fma,avxvnni")]
+    pub unsafe fn avx_vnni(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        panel256::<true>(a, w, pairs, rows, e, y, ldy)
+    }
+
+    /// AVX2: `vpmaddwd` then `vpaddd`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn avx2(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        panel256::<false>(a, w, pairs, rows, e, y, ldy)
+    }
+
+    /// One row group in tiles of 3 rows x 32 columns (4 ymm per row: 12 accumulators).
+    #[inline(always)]
+    unsafe fn panel256<const VNNI: bool>(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        let mut acc = [[0i32; NR]; MR];
+        let (a, w) = (a.as_ptr(), w.as_ptr());
+        let mut r = 0;
+        while r < rows {
+            match rows - r {
+                1 => tile256::<1, VNNI>(a, r, w, pairs, &mut acc),
+                2 => tile256::<2, VNNI>(a, r, w, pairs, &mut acc),
+                _ => tile256::<3, VNNI>(a, r, w, pairs, &mut acc),
+            }
+            r += 3;
+        }
+        store_rows(&acc, rows, e, y, ldy);
+    }
+
+    #[inline(always)]
+    unsafe fn tile256<const R: usize, const VNNI: bool>(a: *const i32, r0: usize, w: *const i16, pairs: usize, acc: &mut [[i32; NR]; MR]) {
+        let mut s = [[_mm256_setzero_si256(); 4]; R];
+        for p in 0..pairs {
+            let wp = w.add(p * NR * 2);
+            for r in 0..R {
+                let xv = _mm256_set1_epi32(*a.add(p * MR + r0 + r));
+                for j in 0..4 {
+                    let wv = _mm256_loadu_si256(wp.add(16 * j) as *const _);
+                    s[r][j] = if VNNI {
+                        _mm256_dpwssd_avx_epi32(s[r][j], xv, wv)
+                    } else {
+                        _mm256_add_epi32(s[r][j], _mm256_madd_epi16(xv, wv))
+                    };
+                }
+            }
+        }
+        for r in 0..R {
+            for j in 0..4 {
+                _mm256_storeu_si256(acc[r0 + r].as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// CTranslate2's formulas written directly on unpacked data (integer sums wrap to i32).
+    fn reference(x: &[f32], wq: &[i16], w_scale: f32, bias: Option<&[f32]>, m: usize, n: usize, k: usize) -> Vec<f32> {
+        let xq: Vec<i64> = x.iter().map(|&v| (v * 1000.0).round_ties_even().clamp(-32768.0, 32767.0) as i64).collect();
+        let r_scale = 1.0 / (1000.0 * w_scale);
+        let mut y = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let acc: i64 = (0..k).map(|p| xq[i * k + p] * wq[j * k + p] as i64).sum();
+                let v = acc as i32 as f32 * r_scale;
+                y[i * n + j] = bias.map_or(v, |b| v + b[j]);
+            }
+        }
+        y
+    }
+
+    fn check_all_isas(x: &[f32], w: &PackedI16Matrix, bias: Option<&[f32]>, m: usize, expected: &[f32]) {
+        for isa in isa::available() {
+            for threads in [1, 2] {
+                let mut y = vec![f32::NAN; m * w.n];
+                isa::with_isa(isa, || matmul_i16(x, w, bias, &mut y, m, threads));
+                let same = y.iter().zip(expected).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{isa:?} {m}x{}x{} threads={threads}", w.n, w.k);
+            }
+        }
+    }
+
+    #[test]
+    fn every_kernel_is_bit_identical_to_the_reference() {
+        let mut seed = 11;
+        let shapes = [(1, 1, 1), (2, 3, 2), (3, 5, 3), (8, 32, 4), (9, 33, 7), (11, 64, 16), (37, 70, 131), (9, 257, 513), (5, 40, 2050)];
+        for &(m, n, k) in &shapes {
+            let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed) * 3.0).collect();
+            let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed) * 0.2).collect();
+            let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
+            let packed = PackedI16Matrix::quantize(&w, n, k);
+            let wq: Vec<i16> = w.iter().map(|&v| quantize_value(v, packed.scale)).collect();
+            for b in [Some(&bias[..]), None] {
+                let expected = reference(&x, &wq, packed.scale, b, m, n, k);
+                check_all_isas(&x, &packed, b, m, &expected);
+            }
+            // And close to the float product: each operand is off by half a quantization step.
+            let expected = reference(&x, &wq, packed.scale, Some(&bias), m, n, k);
+            let wmax = w.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            for i in 0..m {
+                for j in 0..n {
+                    let f: f32 = (0..k).map(|p| x[i * k + p] * w[j * k + p]).sum::<f32>() + bias[j];
+                    let tol = k as f32 * (3.0 * wmax / 2048.0 + wmax * 0.0005) + 1e-4;
+                    assert!((expected[i * n + j] - f).abs() <= tol, "{m}x{n}x{k} [{i},{j}]");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn saturation_and_overflow_match_on_every_path() {
+        // Activations beyond 32.767 saturate; (-32768)^2 products overflow i32 and wrap.
+        let (m, n, k) = (3, 40, 8);
+        let row = [-50.0, -40.0, -33.0, -1e9, 0.0004, 0.0026, 0.0, 0.0];
+        let x: Vec<f32> = (0..m * k).map(|i| row[i % k]).collect();
+        let wq: Vec<i16> = (0..n * k).map(|i| if i < k { 1 } else { -32768 }).collect();
+        let packed = PackedI16Matrix::from_quantized(&wq, 2.0, n, k);
+        let expected = reference(&x, &wq, 2.0, None, m, n, k);
+        check_all_isas(&x, &packed, None, m, &expected);
+        // 4 * 2^30 - 3 * 32768 wraps to -98304.
+        assert_eq!(expected[1], -98304.0 * (1.0 / 2000.0));
+        assert_eq!(expected[0], (4.0 * -32768.0 + 3.0) * (1.0 / 2000.0));
+    }
+
+    #[test]
+    fn quantization_matches_ct2_rules() {
+        // amax 2 -> scale 512: 0.0009765625 * 512 = 0.5 rounds to 0, 0.0029296875 * 512 = 1.5 to 2.
+        let w = [2.0, -1.0, 0.0009765625, 0.0029296875, -0.0029296875, 1.9990234];
+        let p = PackedI16Matrix::quantize(&w, 2, 3);
+        assert_eq!(p.scale, 512.0);
+        let q: Vec<i16> = w.iter().map(|&v| quantize_value(v, p.scale)).collect();
+        assert_eq!(q, [1024, -512, 0, 2, -2, 1023]);
+        let mut row = [0.0f32; 3];
+        p.copy_row(1, &mut row);
+        assert_eq!(row, [2.0 / 512.0, -2.0 / 512.0, 1023.0 / 512.0]);
+        assert_eq!((p.rows(), p.cols()), (2, 3));
+
+        let zero = PackedI16Matrix::quantize(&[0.0; 6], 3, 2);
+        zero.copy_row(2, &mut row[..2]);
+        assert_eq!(row[..2], [0.0, 0.0]);
+        let mut y = [f32::NAN; 3];
+        matmul_i16(&[1.0, -2.0], &zero, Some(&[0.5, 0.0, -1.0]), &mut y, 1, 1);
+        assert_eq!(y, [0.5, 0.0, -1.0]);
+
+        let q = PackedI16Matrix::from_quantized(&[3, -7, 100, 0], 4.0, 2, 2);
+        q.copy_row(1, &mut row[..2]);
+        assert_eq!(row[..2], [25.0, 0.0]);
+    }
+}

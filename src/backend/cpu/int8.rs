@@ -1,1 +1,576 @@
-//! int8 Linear layers (being written).
+//! int8 Linear layers: `y = x · Wᵀ` with `W` quantized per output row and `x` quantized per
+//! row on the fly, multiplied as 8-bit integers with exact 32-bit accumulation.
+//!
+//! Numerics follow CTranslate2 4.8 on CPU (src/cpu/kernels.cc): a row `v` is quantized with
+//! `scale = 127 / amax(|v|)` (1 when the row is zero); weights as `rne(v * scale)`,
+//! activations as `rne(fma(v, scale, 128)) - 128` (its u8-shifted kernels round once, after
+//! the shift); the product is dequantized as `acc * (1 / scale_x) / scale_w + bias`.
+//!
+//! Weights are packed once at load into panels of `NR = 32` output columns, k grouped by
+//! four: `[k/4][32][4]` bytes, the operand layout of `vpdpbusd` (u8 x s8 -> s32, four
+//! products per 32-bit lane). The VNNI kernels need an unsigned left operand, so they read
+//! `x + 128` and subtract the per-column compensation `128 * Σk w` precomputed at packing.
+//! Without VNNI, `vpmaddubsw` would saturate its 16-bit pair sums on `x + 128`, so the
+//! AVX2 and AVX-512BW kernels keep `x` signed and multiply `|x|` by `w` carrying the sign of
+//! `x` (products <= 127 * 127, pair sums < 2^15): every path is exact and all of them give
+//! bit-identical results.
+use super::isa::{self, Isa};
+
+/// Output columns per packed panel.
+pub const NR: usize = 32;
+/// Activation rows interleaved together: `[k/4][MR][4]` bytes per group of rows.
+const MR: usize = 8;
+/// The u8 shift applied to activations for the VNNI kernels.
+const SHIFT: i32 = 128;
+
+/// Quantization scale of a row as CTranslate2 computes it.
+pub fn row_scale(v: &[f32]) -> f32 {
+    let amax = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    if amax != 0.0 {
+        127.0 / amax
+    } else {
+        1.0
+    }
+}
+
+/// A weight value: `round(v * scale)` as an int8, rounding half to even as CTranslate2's
+/// `vroundps` and numpy's `rint` do.
+#[inline(always)]
+pub fn quantize_value(v: f32, scale: f32) -> i8 {
+    (v * scale).round_ties_even().clamp(-127.0, 127.0) as i8
+}
+
+/// Quantizes float weights `[n, k]` per row as CTranslate2 does: `(values, scales)`.
+pub fn quantize_rows(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+    assert_eq!(w.len(), n * k);
+    let mut q = vec![0i8; n * k];
+    let mut scales = vec![1.0f32; n];
+    if k > 0 {
+        for ((row, out), s) in w.chunks_exact(k).zip(q.chunks_exact_mut(k)).zip(&mut scales) {
+            *s = row_scale(row);
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = quantize_value(v, *s);
+            }
+        }
+    }
+    (q, scales)
+}
+
+/// A weight matrix `[n, k]` quantized to int8 per row and packed for [`matmul_i8`].
+pub struct PackedI8Matrix {
+    /// Panels `[kp/4][NR][4]`, starting 64-byte aligned at `data[start]`.
+    data: Vec<u8>,
+    start: usize,
+    n: usize,
+    k: usize,
+    /// `k` rounded up to a multiple of 4 (the padding is zero).
+    kp: usize,
+    /// CTranslate2's scales (`q = round(w * scale)`), one per row.
+    scales: Vec<f32>,
+    /// `128 * Σk q[c][k]` per column, padded to whole panels.
+    compensation: Vec<i32>,
+}
+
+impl PackedI8Matrix {
+    /// Quantizes and packs float weights.
+    pub fn quantize(w: &[f32], n: usize, k: usize) -> PackedI8Matrix {
+        let (q, scales) = quantize_rows(w, n, k);
+        PackedI8Matrix::from_quantized(&q, scales, n, k)
+    }
+
+    /// Packs weights already quantized per row (an int8 model.bin). `-128` is clamped to
+    /// `-127`, the range CTranslate2 produces, which the sign trick of the AVX2 kernels needs.
+    pub fn from_quantized(q: &[i8], scales: Vec<f32>, n: usize, k: usize) -> PackedI8Matrix {
+        assert!(q.len() == n * k && scales.len() == n, "PackedI8Matrix: size mismatch");
+        let kp = k.div_ceil(4) * 4;
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0u8; panels * kp * NR + 64];
+        let start = data.as_ptr().align_offset(64).min(63);
+        let mut compensation = vec![0i32; panels * NR];
+        for c in 0..n {
+            let (p, lane) = (c / NR, c % NR);
+            let panel = &mut data[start + p * kp * NR..start + (p + 1) * kp * NR];
+            let mut sum = 0i32;
+            for (kk, &v) in q[c * k..(c + 1) * k].iter().enumerate() {
+                let v = v.max(-127);
+                sum += v as i32;
+                panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4] = v as u8;
+            }
+            compensation[c] = SHIFT * sum;
+        }
+        PackedI8Matrix { data, start, n, k, kp, scales, compensation }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    pub fn scales(&self) -> &[f32] {
+        &self.scales
+    }
+
+    /// Bytes held by the packed weight.
+    pub fn memory_size(&self) -> usize {
+        self.data.len() + 8 * self.compensation.len()
+    }
+
+    /// Quantized row `i` of the original matrix.
+    pub fn quantized_row(&self, i: usize, out: &mut [i8]) {
+        let panel = self.panel(i / NR);
+        let lane = i % NR;
+        for (kk, o) in out[..self.k].iter_mut().enumerate() {
+            *o = panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4] as i8;
+        }
+    }
+
+    /// Row `i` dequantized (`q * (1 / scale)`, as CTranslate2's Dequantize): an int8
+    /// embedding lookup on a tied projection.
+    pub fn copy_row(&self, i: usize, out: &mut [f32]) {
+        let panel = self.panel(i / NR);
+        let (lane, inv_scale) = (i % NR, 1.0 / self.scales[i]);
+        for (kk, o) in out[..self.k].iter_mut().enumerate() {
+            *o = (panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4] as i8) as f32 * inv_scale;
+        }
+    }
+
+    fn panel(&self, p: usize) -> &[u8] {
+        let base = self.start + p * self.kp * NR;
+        &self.data[base..base + self.kp * NR]
+    }
+}
+
+/// Activations quantized per row, interleaved by groups of `MR` rows (`[k/4][MR][4]` bytes per
+/// group, zero rows as padding), shifted to u8 for the VNNI kernels.
+struct QuantizedRows {
+    data: Vec<u8>,
+    /// `1 / scale_x` per row.
+    inv_scales: Vec<f32>,
+    kp: usize,
+}
+
+impl QuantizedRows {
+    fn group(&self, g: usize) -> &[u8] {
+        &self.data[g * self.kp * MR..(g + 1) * self.kp * MR]
+    }
+}
+
+fn quantize_activations(x: &[f32], m: usize, k: usize, shifted: bool) -> QuantizedRows {
+    let kp = k.div_ceil(4) * 4;
+    let groups = m.div_ceil(MR);
+    let pad = if shifted { SHIFT as u8 } else { 0 };
+    let mut data = vec![pad; groups * kp * MR];
+    let mut inv_scales = vec![1.0f32; groups * MR];
+    let mut row_q = vec![0i8; kp];
+    for r in 0..m {
+        let row = &x[r * k..(r + 1) * k];
+        inv_scales[r] = 1.0 / quantize_row(row, &mut row_q[..k]);
+        let (g, lane) = (r / MR, r % MR);
+        let dst = &mut data[g * kp * MR..(g + 1) * kp * MR];
+        let flip = if shifted { 0x80u8 } else { 0 };
+        for (kk, &q) in row_q[..k].iter().enumerate() {
+            // q + 128 as u8 is q's bit pattern with the sign bit flipped.
+            dst[(kk / 4) * MR * 4 + lane * 4 + kk % 4] = (q as u8) ^ flip;
+        }
+    }
+    QuantizedRows { data, inv_scales, kp }
+}
+
+/// Quantizes one activation row (vectorized for the running ISA); returns its scale.
+fn quantize_row(row: &[f32], out: &mut [i8]) -> f32 {
+    fn generic(row: &[f32], out: &mut [i8]) -> f32 {
+        let scale = row_scale(row);
+        for (o, &v) in out.iter_mut().zip(row) {
+            // Rounded after the +128 shift, fused, exactly as CTranslate2's AVX2/AVX-512
+            // kernels do (`vfmadd132ps` then `vroundps`); unshifted paths subtract it back.
+            *o = (v.mul_add(scale, 128.0).round_ties_even().clamp(1.0, 255.0) as i32 - 128) as i8;
+        }
+        scale
+    }
+    super::isa::dispatch_isa!(generic(row: &[f32], out: &mut [i8]) -> f32)
+}
+
+/// The output pointer shared by the threads of one product (they write disjoint columns).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// One panel's share of the epilogue: scales, compensation and bias of its columns.
+struct PanelEpilogue<'a> {
+    w_scales: [f32; NR],
+    compensation: &'a [i32],
+    bias: [f32; NR],
+    cols: usize,
+}
+
+/// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`. With `threads > 1` the panels
+/// (disjoint output columns) are split across the current rayon pool.
+pub fn matmul_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
+    let (n, k) = (w.n, w.k);
+    assert!(x.len() >= m * k && y.len() >= m * n, "matmul_i8: buffer too small");
+    if let Some(b) = bias {
+        assert!(b.len() >= n);
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    let isa = isa::current();
+    let shifted = matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni);
+    let a = quantize_activations(x, m, k, shifted);
+    let zeros = [0i32; NR];
+    let panels = n.div_ceil(NR);
+    let groups = m.div_ceil(MR);
+    let out = OutPtr(y.as_mut_ptr());
+    let run = |p0: usize, p1: usize| {
+        let mut acc = [[0i32; NR]; MR];
+        for p in p0..p1 {
+            let cols = NR.min(n - p * NR);
+            let mut e = PanelEpilogue {
+                w_scales: [1.0; NR],
+                compensation: if shifted { &w.compensation[p * NR..(p + 1) * NR] } else { &zeros },
+                bias: [0.0; NR],
+                cols,
+            };
+            e.w_scales[..cols].copy_from_slice(&w.scales[p * NR..p * NR + cols]);
+            if let Some(b) = bias {
+                e.bias[..cols].copy_from_slice(&b[p * NR..p * NR + cols]);
+            }
+            let panel = w.panel(p);
+            for g in 0..groups {
+                let rows = MR.min(m - g * MR);
+                let ag = a.group(g);
+                // SAFETY: `isa` never exceeds what the CPU supports (see isa::current); the
+                // kernels read `kp/4` groups of the panel and of the row group, both that long.
+                unsafe {
+                    match isa {
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, rows, &mut acc),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512Bw => x86::tile_avx512_bw(ag, panel, a.kp, rows, &mut acc),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, rows, &mut acc),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx2 => x86::tile_avx2(ag, panel, a.kp, rows, &mut acc),
+                        _ => tile_scalar(ag, panel, a.kp, rows, shifted, &mut acc),
+                    }
+                }
+                for (r, acc_row) in acc.iter().enumerate().take(rows) {
+                    let row = g * MR + r;
+                    // SAFETY: row < m and the panel's columns lie inside row `row` of `y`
+                    // (checked above); concurrent panels write disjoint columns.
+                    let y_row = unsafe { std::slice::from_raw_parts_mut(out.get().add(row * n + p * NR), cols) };
+                    dequantize_row(acc_row, a.inv_scales[row], &e, y_row);
+                }
+            }
+        }
+    };
+    if threads > 1 && m * n * k >= 1 << 20 && panels >= 2 * threads {
+        let chunk = panels.div_ceil(threads);
+        rayon::scope(|s| {
+            for t in 0..threads {
+                let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
+                if p0 < p1 {
+                    let run = &run;
+                    s.spawn(move |_| run(p0, p1));
+                }
+            }
+        });
+    } else {
+        run(0, panels);
+    }
+}
+
+/// `y = (acc - compensation) * (1 / scale_x) / scale_w + bias` for one row of a panel, in
+/// CTranslate2's order of operations.
+fn dequantize_row(acc: &[i32; NR], inv_x_scale: f32, e: &PanelEpilogue, y: &mut [f32]) {
+    fn generic(acc: &[i32; NR], inv_x_scale: f32, e: &PanelEpilogue, y: &mut [f32]) {
+        let mut row = [0.0f32; NR];
+        for c in 0..NR {
+            row[c] = (acc[c] - e.compensation[c]) as f32 * inv_x_scale / e.w_scales[c] + e.bias[c];
+        }
+        y.copy_from_slice(&row[..e.cols]);
+    }
+    super::isa::dispatch_isa!(generic(acc: &[i32; NR], inv_x_scale: f32, e: &PanelEpilogue, y: &mut [f32]) -> ())
+}
+
+/// The reference kernel: `acc[r][c] = Σk a[r][k] * w[c][k]` over the packed layouts, with
+/// `a` read as u8 when `shifted` (the VNNI operand) and as i8 otherwise.
+fn tile_scalar(a: &[u8], panel: &[u8], kp: usize, rows: usize, shifted: bool, acc: &mut [[i32; NR]; MR]) {
+    for (r, acc_row) in acc.iter_mut().enumerate().take(rows) {
+        *acc_row = [0; NR];
+        for g in 0..kp / 4 {
+            let xs = &a[(g * MR + r) * 4..(g * MR + r) * 4 + 4];
+            let ws = &panel[g * NR * 4..(g + 1) * NR * 4];
+            for (c, out) in acc_row.iter_mut().enumerate() {
+                for j in 0..4 {
+                    let xv = if shifted { xs[j] as i32 } else { xs[j] as i8 as i32 };
+                    *out += xv * (ws[c * 4 + j] as i8 as i32);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{MR, NR};
+    use std::arch::x86_64::*;
+
+    /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
+    #[inline(always)]
+    unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
+        (a.add((g * MR + r) * 4) as *const i32).read_unaligned()
+    }
+
+    /// AVX-512 VNNI: up to 8 rows x 32 columns, 2 zmm accumulators per row.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn tile_avx512_vnni(a: &[u8], panel: &[u8], kp: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
+        match rows {
+            8 => vnni512::<8>(a, panel, kp, acc),
+            7 => vnni512::<7>(a, panel, kp, acc),
+            6 => vnni512::<6>(a, panel, kp, acc),
+            5 => vnni512::<5>(a, panel, kp, acc),
+            4 => vnni512::<4>(a, panel, kp, acc),
+            3 => vnni512::<3>(a, panel, kp, acc),
+            2 => vnni512::<2>(a, panel, kp, acc),
+            _ => vnni512::<1>(a, panel, kp, acc),
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn vnni512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, acc: &mut [[i32; NR]; MR]) {
+        let (a, w) = (a.as_ptr(), panel.as_ptr());
+        let mut s0 = [_mm512_setzero_si512(); R];
+        let mut s1 = [_mm512_setzero_si512(); R];
+        for g in 0..kp / 4 {
+            // Weights are streamed once per row group: fetch ahead of use.
+            _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
+            let w0 = _mm512_loadu_si512(w.add(g * NR * 4) as *const _);
+            let w1 = _mm512_loadu_si512(w.add(g * NR * 4 + 64) as *const _);
+            for r in 0..R {
+                let xv = _mm512_set1_epi32(x4(a, g, r));
+                s0[r] = _mm512_dpbusd_epi32(s0[r], xv, w0);
+                s1[r] = _mm512_dpbusd_epi32(s1[r], xv, w1);
+            }
+        }
+        for r in 0..R {
+            _mm512_storeu_si512(acc[r].as_mut_ptr() as *mut _, s0[r]);
+            _mm512_storeu_si512(acc[r].as_mut_ptr().add(16) as *mut _, s1[r]);
+        }
+    }
+
+    /// AVX-512BW without VNNI: `vpmaddubsw(|x|, w · sign(x))` then `vpmaddwd` by ones.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn tile_avx512_bw(a: &[u8], panel: &[u8], kp: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
+        match rows {
+            8 => bw512::<8>(a, panel, kp, acc),
+            7 => bw512::<7>(a, panel, kp, acc),
+            6 => bw512::<6>(a, panel, kp, acc),
+            5 => bw512::<5>(a, panel, kp, acc),
+            4 => bw512::<4>(a, panel, kp, acc),
+            3 => bw512::<3>(a, panel, kp, acc),
+            2 => bw512::<2>(a, panel, kp, acc),
+            _ => bw512::<1>(a, panel, kp, acc),
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn bw512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, acc: &mut [[i32; NR]; MR]) {
+        let (a, w) = (a.as_ptr(), panel.as_ptr());
+        let ones = _mm512_set1_epi16(1);
+        let zero = _mm512_setzero_si512();
+        let mut s0 = [_mm512_setzero_si512(); R];
+        let mut s1 = [_mm512_setzero_si512(); R];
+        for g in 0..kp / 4 {
+            _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
+            let w0 = _mm512_loadu_si512(w.add(g * NR * 4) as *const _);
+            let w1 = _mm512_loadu_si512(w.add(g * NR * 4 + 64) as *const _);
+            for r in 0..R {
+                let xv = _mm512_set1_epi32(x4(a, g, r));
+                let negative = _mm512_movepi8_mask(xv);
+                let xa = _mm512_abs_epi8(xv);
+                let p0 = _mm512_maddubs_epi16(xa, _mm512_mask_sub_epi8(w0, negative, zero, w0));
+                let p1 = _mm512_maddubs_epi16(xa, _mm512_mask_sub_epi8(w1, negative, zero, w1));
+                s0[r] = _mm512_add_epi32(s0[r], _mm512_madd_epi16(p0, ones));
+                s1[r] = _mm512_add_epi32(s1[r], _mm512_madd_epi16(p1, ones));
+            }
+        }
+        for r in 0..R {
+            _mm512_storeu_si512(acc[r].as_mut_ptr() as *mut _, s0[r]);
+            _mm512_storeu_si512(acc[r].as_mut_ptr().add(16) as *mut _, s1[r]);
+        }
+    }
+
+    /// AVX-VNNI (256-bit): rows two at a time x 32 columns (4 ymm per row).
+    #[target_feature(enable = "avx2,fma,avxvnni")]
+    pub unsafe fn tile_avx_vnni(a: &[u8], panel: &[u8], kp: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
+        let mut r = 0;
+        while r + 2 <= rows {
+            vnni256::<2>(a, r, panel, kp, acc);
+            r += 2;
+        }
+        if r < rows {
+            vnni256::<1>(a, r, panel, kp, acc);
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avxvnni")]
+    unsafe fn vnni256<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, acc: &mut [[i32; NR]; MR]) {
+        let (a, w) = (a.as_ptr(), panel.as_ptr());
+        let mut s = [[_mm256_setzero_si256(); 4]; R];
+        for g in 0..kp / 4 {
+            let wv = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _));
+            for r in 0..R {
+                let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
+                for j in 0..4 {
+                    s[r][j] = _mm256_dpbusd_avx_epi32(s[r][j], xv, wv[j]);
+                }
+            }
+        }
+        for r in 0..R {
+            for j in 0..4 {
+                _mm256_storeu_si256(acc[r0 + r].as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
+            }
+        }
+    }
+
+    /// AVX2: `vpmaddubsw(|x|, vpsignb(w, x))` then `vpmaddwd` by ones, rows two at a time.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_avx2(a: &[u8], panel: &[u8], kp: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
+        let mut r = 0;
+        while r + 2 <= rows {
+            avx2::<2>(a, r, panel, kp, acc);
+            r += 2;
+        }
+        if r < rows {
+            avx2::<1>(a, r, panel, kp, acc);
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn avx2<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, acc: &mut [[i32; NR]; MR]) {
+        let (a, w) = (a.as_ptr(), panel.as_ptr());
+        let ones = _mm256_set1_epi16(1);
+        let mut s = [[_mm256_setzero_si256(); 4]; R];
+        for g in 0..kp / 4 {
+            let wv = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _));
+            for r in 0..R {
+                let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
+                let xa = _mm256_abs_epi8(xv);
+                for j in 0..4 {
+                    let p = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(wv[j], xv));
+                    s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+        for r in 0..R {
+            for j in 0..4 {
+                _mm256_storeu_si256(acc[r0 + r].as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// CTranslate2's formulas written directly on unpacked data.
+    fn reference(x: &[f32], w: &[f32], bias: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+        let (wq, ws) = quantize_rows(w, n, k);
+        let mut y = vec![0.0; m * n];
+        for i in 0..m {
+            let row = &x[i * k..(i + 1) * k];
+            let xs = row_scale(row);
+            let xq: Vec<i32> = row.iter().map(|v| (v.mul_add(xs, 128.0).round_ties_even() - 128.0) as i32).collect();
+            for j in 0..n {
+                let acc: i32 = (0..k).map(|p| xq[p] * wq[j * k + p] as i32).sum();
+                y[i * n + j] = acc as f32 * (1.0 / xs) / ws[j] + bias[j];
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn every_kernel_is_bit_identical_to_the_reference() {
+        let mut seed = 7;
+        for &(m, n, k) in &[(1, 1, 1), (3, 5, 3), (8, 32, 4), (9, 33, 7), (37, 70, 131), (16, 64, 512), (5, 100, 2050)] {
+            let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed) * 3.0).collect();
+            let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
+            let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
+            let expected = reference(&x, &w, &bias, m, n, k);
+            let packed = PackedI8Matrix::quantize(&w, n, k);
+            for isa in isa::available() {
+                for threads in [1, 2] {
+                    let mut y = vec![f32::NAN; m * n];
+                    isa::with_isa(isa, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads));
+                    assert_eq!(y, expected, "{isa:?} {m}x{n}x{k} threads={threads}");
+                }
+            }
+            // And close to the float product.
+            for i in 0..m {
+                for j in 0..n {
+                    let f: f32 = (0..k).map(|p| x[i * k + p] * w[j * k + p]).sum::<f32>() + bias[j];
+                    // Each operand is off by at most half a step of its row's scale.
+                    let xmax = x[i * k..(i + 1) * k].iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                    let wmax = w[j * k..(j + 1) * k].iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                    let tol = k as f32 * xmax * wmax / 127.0 + 1e-4;
+                    assert!((expected[i * n + j] - f).abs() <= tol, "{m}x{n}x{k} [{i},{j}]");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn extreme_values_do_not_saturate() {
+        // All activations at +-127 and weights at +-127 with matching signs: the largest
+        // pair sums vpmaddubsw can see; results must stay exact on every path.
+        let (m, n, k) = (3, 40, 256);
+        let x: Vec<f32> = (0..m * k).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| if (i % k) % 3 == 0 { -2.0 } else { 2.0 }).collect();
+        let packed = PackedI8Matrix::quantize(&w, n, k);
+        let expected = reference(&x, &w, &vec![0.0; n], m, n, k);
+        for isa in isa::available() {
+            let mut y = vec![0.0; m * n];
+            isa::with_isa(isa, || matmul_i8(&x, &packed, None, &mut y, m, 1));
+            assert_eq!(y, expected, "{isa:?}");
+            assert!((y[0] - 2.0 * k as f32).abs() < 1e-3);
+        }
+    }
+
+    #[test]
+    fn quantization_matches_ct2_rules() {
+        let (q, s) = quantize_rows(&[0.5, -1.0, 0.25, 0.0, 0.0, 0.0], 2, 3);
+        assert_eq!(s, vec![127.0, 1.0]);
+        // 0.5 * 127 = 63.5 rounds to even; 0.25 * 127 = 31.75.
+        assert_eq!(q, vec![64, -127, 32, 0, 0, 0]);
+        let packed = PackedI8Matrix::from_quantized(&[1, -128, 3, 4, 5, 6], vec![2.0, 4.0], 2, 3);
+        let mut row = [0i8; 3];
+        packed.quantized_row(0, &mut row);
+        assert_eq!(row, [1, -127, 3]);
+        let mut f = [0.0f32; 3];
+        packed.copy_row(1, &mut f);
+        assert_eq!(f, [1.0, 1.25, 1.5]);
+        assert_eq!(packed.scales(), &[2.0, 4.0]);
+    }
+}

@@ -6,6 +6,7 @@ pub mod int8;
 pub mod isa;
 pub mod ops;
 pub mod packed;
+pub mod weight;
 
 /// Per-call execution settings shared by every kernel of one translation.
 #[derive(Debug, Clone, Copy)]

@@ -307,6 +307,57 @@ impl ModelBin {
     }
 }
 
+/// A weight as stored quantized, with CTranslate2's scales (`w = q / scale`).
+pub enum Quantized {
+    /// One scale per row.
+    Int8 { values: Vec<i8>, scales: Vec<f32> },
+    /// One scale for the whole tensor.
+    Int16 { values: Vec<i16>, scale: f32 },
+}
+
+impl ModelBin {
+    /// The stored dtype of a variable (after aliases).
+    pub fn dtype(&self, name: &str) -> Option<DType> {
+        self.resolve(name).map(|v| v.dtype)
+    }
+
+    /// The type quantizable weights are saved in (the dtype of the first `*weight`
+    /// variable): what CTranslate2's compute type "default" keeps.
+    pub fn saved_weight_type(&self) -> DType {
+        self.variables.values().find(|v| v.name.ends_with("weight")).map(|v| v.dtype).unwrap_or(DType::F32)
+    }
+
+    /// The raw values and scales of an int8/int16 weight; `None` for other dtypes.
+    pub fn quantized(&self, name: &str) -> Result<Option<Quantized>> {
+        let Some(v) = self.resolve(name) else {
+            return Err(Error::invalid_model(format!("model.bin: missing variable {name:?}")));
+        };
+        if !matches!(v.dtype, DType::I8 | DType::I16) {
+            return Ok(None);
+        }
+        let scale_name = format!("{name}_scale");
+        let scale = self.tensor(&scale_name).map_err(|_| {
+            Error::invalid_model(format!("model.bin: quantized {} variable {name:?} has no {scale_name:?}", v.dtype.name()))
+        })?;
+        let rows = v.shape.first().copied().unwrap_or(1);
+        let b = self.bytes(v);
+        if v.dtype == DType::I8 {
+            if scale.len() != rows {
+                return Err(Error::invalid_model(format!(
+                    "model.bin: {name:?} has {rows} rows but its scale has {} values",
+                    scale.len()
+                )));
+            }
+            return Ok(Some(Quantized::Int8 { values: b.iter().map(|&x| x as i8).collect(), scales: scale.to_vec() }));
+        }
+        if scale.len() != 1 {
+            return Err(Error::invalid_model(format!("model.bin: int16 {name:?} needs one scale, got {}", scale.len())));
+        }
+        let values = b.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]])).collect();
+        Ok(Some(Quantized::Int16 { values, scale: scale[0] }))
+    }
+}
+
 /// `W = Wq * (1 / scale)`, with one scale per row (int8) or one for the whole tensor
 /// (int16); multiplying by the reciprocal rounds exactly as CTranslate2's dequantize does.
 fn dequantize(mut values: Vec<f32>, shape: &[usize], scale: &Tensor, name: &str) -> Result<Vec<f32>> {

@@ -6,7 +6,7 @@ pub mod vocab;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-pub use binary::{DType, ModelBin};
+pub use binary::{DType, ModelBin, Quantized};
 pub use config::Ct2Config;
 pub use vocab::Vocabulary;
 

@@ -1,0 +1,43 @@
+//! A Linear layer's weight in the form its compute type multiplies: float32, int8 or int16,
+//! packed once at load.
+use super::int8::{matmul_i8, PackedI8Matrix};
+use super::packed::{matmul_packed, PackedMatrix};
+
+pub enum PackedWeight {
+    Float32(PackedMatrix),
+    Int8(PackedI8Matrix),
+}
+
+impl PackedWeight {
+    /// Output features (rows of the stored `[n, k]` weight).
+    pub fn rows(&self) -> usize {
+        match self {
+            PackedWeight::Float32(w) => w.rows(),
+            PackedWeight::Int8(w) => w.rows(),
+        }
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        match self {
+            PackedWeight::Float32(w) => w.cols(),
+            PackedWeight::Int8(w) => w.cols(),
+        }
+    }
+
+    /// Row `i` as float32 (dequantized): embedding lookups on tied or quantized tables.
+    pub fn copy_row(&self, i: usize, out: &mut [f32]) {
+        match self {
+            PackedWeight::Float32(w) => w.copy_row(i, out),
+            PackedWeight::Int8(w) => w.copy_row(i, out),
+        }
+    }
+
+    /// `y[m, n] = x[m, k] · Wᵀ (+ bias)`, overwriting `y`.
+    pub fn matmul(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
+        match self {
+            PackedWeight::Float32(w) => matmul_packed(x, w, bias, y, m, threads),
+            PackedWeight::Int8(w) => matmul_i8(x, w, bias, y, m, threads),
+        }
+    }
+}
