@@ -143,8 +143,10 @@ impl PackedI8Matrix {
     }
 }
 
-/// Activations quantized per row, interleaved by groups of `MR` rows (`[k/4][MR][4]` bytes per
-/// group, zero rows as padding), shifted to u8 for the VNNI kernels.
+/// Activations quantized per row, interleaved by groups of `MR` rows (`[k/4][MR][4]` bytes
+/// per group), shifted to u8 for the VNNI kernels. Rows past `m` in the last group are
+/// stale and never stored.
+#[derive(Default)]
 struct QuantizedRows {
     data: Vec<u8>,
     /// `1 / scale_x` per row.
@@ -156,41 +158,63 @@ impl QuantizedRows {
     fn group(&self, g: usize) -> &[u8] {
         &self.data[g * self.kp * MR..(g + 1) * self.kp * MR]
     }
-}
 
-fn quantize_activations(x: &[f32], m: usize, k: usize, shifted: bool) -> QuantizedRows {
-    let kp = k.div_ceil(4) * 4;
-    let groups = m.div_ceil(MR);
-    let pad = if shifted { SHIFT as u8 } else { 0 };
-    let mut data = vec![pad; groups * kp * MR];
-    let mut inv_scales = vec![1.0f32; groups * MR];
-    let mut row_q = vec![0i8; kp];
-    for r in 0..m {
-        let row = &x[r * k..(r + 1) * k];
-        inv_scales[r] = 1.0 / quantize_row(row, &mut row_q[..k]);
-        let (g, lane) = (r / MR, r % MR);
-        let dst = &mut data[g * kp * MR..(g + 1) * kp * MR];
-        let flip = if shifted { 0x80u8 } else { 0 };
-        for (kk, &q) in row_q[..k].iter().enumerate() {
-            // q + 128 as u8 is q's bit pattern with the sign bit flipped.
-            dst[(kk / 4) * MR * 4 + lane * 4 + kk % 4] = (q as u8) ^ flip;
+    fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool) {
+        self.kp = k.div_ceil(4) * 4;
+        let groups = m.div_ceil(MR);
+        // Grown, never shrunk: the buffer lives as long as the thread (see ACTIVATIONS).
+        if self.data.len() < groups * self.kp * MR {
+            self.data.resize(groups * self.kp * MR, 0);
+        }
+        if self.inv_scales.len() < groups * MR {
+            self.inv_scales.resize(groups * MR, 1.0);
+        }
+        for r in 0..m {
+            let (g, lane) = (r / MR, r % MR);
+            let dst = &mut self.data[g * self.kp * MR..(g + 1) * self.kp * MR];
+            self.inv_scales[r] = 1.0 / quantize_row(&x[r * k..(r + 1) * k], dst, lane, shifted);
         }
     }
-    QuantizedRows { data, inv_scales, kp }
 }
 
-/// Quantizes one activation row (vectorized for the running ISA); returns its scale.
-fn quantize_row(row: &[f32], out: &mut [i8]) -> f32 {
-    fn generic(row: &[f32], out: &mut [i8]) -> f32 {
-        let scale = row_scale(row);
-        for (o, &v) in out.iter_mut().zip(row) {
-            // Rounded after the +128 shift, fused, exactly as CTranslate2's AVX2/AVX-512
-            // kernels do (`vfmadd132ps` then `vroundps`); unshifted paths subtract it back.
-            *o = (v.mul_add(scale, 128.0).round_ties_even().clamp(1.0, 255.0) as i32 - 128) as i8;
+thread_local! {
+    /// Per-thread activation buffer reused by every product (no allocation per call).
+    static ACTIVATIONS: std::cell::RefCell<QuantizedRows> = std::cell::RefCell::new(QuantizedRows::default());
+}
+
+/// Quantizes one activation row into lane `lane` of its interleaved group; returns the scale.
+fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f32 {
+    #[inline(always)]
+    fn generic(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f32 {
+        let mut amax = [0.0f32; 16];
+        let chunks = row.chunks_exact(16);
+        for (i, &v) in chunks.remainder().iter().enumerate() {
+            amax[i] = amax[i].max(v.abs());
+        }
+        for c in chunks {
+            for l in 0..16 {
+                amax[l] = amax[l].max(c[l].abs());
+            }
+        }
+        let amax = amax.iter().fold(0.0f32, |a, &b| a.max(b));
+        let scale = if amax != 0.0 { 127.0 / amax } else { 1.0 };
+        // Rounded after the +128 shift, fused, exactly as CTranslate2's AVX2/AVX-512 kernels
+        // do (`vfmadd132ps` then `vroundps`); unshifted paths subtract the shift back.
+        let flip = if shifted { 0 } else { 0x80u8 };
+        let mut q = [0u8; 64];
+        for (c, chunk) in row.chunks(64).enumerate() {
+            for (o, &v) in q.iter_mut().zip(chunk) {
+                *o = (v.mul_add(scale, 128.0).round_ties_even().clamp(0.0, 255.0) as i32 as u8) ^ flip;
+            }
+            // Whole 4-byte groups; a tail group carries stale bytes against zero weights.
+            for i in 0..chunk.len().div_ceil(4) {
+                let at = ((c * 16 + i) * MR + lane) * 4;
+                group[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
+            }
         }
         scale
     }
-    super::isa::dispatch_isa!(generic(row: &[f32], out: &mut [i8]) -> f32)
+    super::isa::dispatch_isa!(generic(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f32)
 }
 
 /// The output pointer shared by the threads of one product (they write disjoint columns).
@@ -198,18 +222,40 @@ fn quantize_row(row: &[f32], out: &mut [i8]) -> f32 {
 struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
-impl OutPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
 
 /// One panel's share of the epilogue: scales, compensation and bias of its columns.
-struct PanelEpilogue<'a> {
+struct PanelEpilogue {
     w_scales: [f32; NR],
-    compensation: &'a [i32],
+    compensation: [i32; NR],
     bias: [f32; NR],
     cols: usize,
+}
+
+/// Where one tile's rows go: `rows` rows of `y` starting at `y` with stride `ldy`, each
+/// scaled by its `inv_x`.
+struct TileOut<'a> {
+    y: *mut f32,
+    ldy: usize,
+    rows: usize,
+    inv_x: &'a [f32],
+    e: &'a PanelEpilogue,
+}
+
+impl TileOut<'_> {
+    /// `y = (acc - compensation) * (1 / scale_x) / scale_w + bias` for row `r` of the tile,
+    /// in CTranslate2's order of operations. Inlined into each kernel, so it is vectorized
+    /// for that kernel's ISA.
+    #[inline(always)]
+    fn store(&self, r: usize, acc: &[i32; NR]) {
+        let e = self.e;
+        let mut row = [0.0f32; NR];
+        for c in 0..NR {
+            row[c] = (acc[c] - e.compensation[c]) as f32 * self.inv_x[r] / e.w_scales[c] + e.bias[c];
+        }
+        // SAFETY: matmul_i8 checked that rows x cols of `y` from this tile's origin exist,
+        // and no other thread writes these columns.
+        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), self.y.add(r * self.ldy), e.cols) };
+    }
 }
 
 /// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`. With `threads > 1` the panels
@@ -225,55 +271,61 @@ pub fn matmul_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, y: &mut [f
     }
     let isa = isa::current();
     let shifted = matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni);
-    let a = quantize_activations(x, m, k, shifted);
-    let zeros = [0i32; NR];
+    ACTIVATIONS.with(|a| {
+        let mut a = a.borrow_mut();
+        a.fill(x, m, k, shifted);
+        run_panels(&a, w, bias, y.as_mut_ptr(), m, threads, isa, shifted)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, y: *mut f32, m: usize, threads: usize, isa: Isa, shifted: bool) {
+    let n = w.n;
     let panels = n.div_ceil(NR);
     let groups = m.div_ceil(MR);
-    let out = OutPtr(y.as_mut_ptr());
+    let out = OutPtr(y);
     let run = |p0: usize, p1: usize| {
-        let mut acc = [[0i32; NR]; MR];
+        let out = out;
         for p in p0..p1 {
             let cols = NR.min(n - p * NR);
-            let mut e = PanelEpilogue {
-                w_scales: [1.0; NR],
-                compensation: if shifted { &w.compensation[p * NR..(p + 1) * NR] } else { &zeros },
-                bias: [0.0; NR],
-                cols,
-            };
+            let mut e = PanelEpilogue { w_scales: [1.0; NR], compensation: [0; NR], bias: [0.0; NR], cols };
             e.w_scales[..cols].copy_from_slice(&w.scales[p * NR..p * NR + cols]);
+            if shifted {
+                e.compensation.copy_from_slice(&w.compensation[p * NR..(p + 1) * NR]);
+            }
             if let Some(b) = bias {
                 e.bias[..cols].copy_from_slice(&b[p * NR..p * NR + cols]);
             }
             let panel = w.panel(p);
             for g in 0..groups {
-                let rows = MR.min(m - g * MR);
+                let t = TileOut {
+                    // SAFETY: row g*MR < m and column p*NR < n: inside y.
+                    y: unsafe { out.0.add(g * MR * n + p * NR) },
+                    ldy: n,
+                    rows: MR.min(m - g * MR),
+                    inv_x: &a.inv_scales[g * MR..(g + 1) * MR],
+                    e: &e,
+                };
                 let ag = a.group(g);
                 // SAFETY: `isa` never exceeds what the CPU supports (see isa::current); the
                 // kernels read `kp/4` groups of the panel and of the row group, both that long.
                 unsafe {
                     match isa {
                         #[cfg(target_arch = "x86_64")]
-                        Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, rows, &mut acc),
+                        Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, &t),
                         #[cfg(target_arch = "x86_64")]
-                        Isa::Avx512Bw => x86::tile_avx512_bw(ag, panel, a.kp, rows, &mut acc),
+                        Isa::Avx512Bw => x86::tile_avx512_bw(ag, panel, a.kp, &t),
                         #[cfg(target_arch = "x86_64")]
-                        Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, rows, &mut acc),
+                        Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, &t),
                         #[cfg(target_arch = "x86_64")]
-                        Isa::Avx2 => x86::tile_avx2(ag, panel, a.kp, rows, &mut acc),
-                        _ => tile_scalar(ag, panel, a.kp, rows, shifted, &mut acc),
+                        Isa::Avx2 => x86::tile_avx2(ag, panel, a.kp, &t),
+                        _ => tile_scalar(ag, panel, a.kp, shifted, &t),
                     }
-                }
-                for (r, acc_row) in acc.iter().enumerate().take(rows) {
-                    let row = g * MR + r;
-                    // SAFETY: row < m and the panel's columns lie inside row `row` of `y`
-                    // (checked above); concurrent panels write disjoint columns.
-                    let y_row = unsafe { std::slice::from_raw_parts_mut(out.get().add(row * n + p * NR), cols) };
-                    dequantize_row(acc_row, a.inv_scales[row], &e, y_row);
                 }
             }
         }
     };
-    if threads > 1 && m * n * k >= 1 << 20 && panels >= 2 * threads {
+    if threads > 1 && m * n * w.k >= 1 << 20 && panels >= 2 * threads {
         let chunk = panels.div_ceil(threads);
         rayon::scope(|s| {
             for t in 0..threads {
@@ -289,40 +341,28 @@ pub fn matmul_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, y: &mut [f
     }
 }
 
-/// `y = (acc - compensation) * (1 / scale_x) / scale_w + bias` for one row of a panel, in
-/// CTranslate2's order of operations.
-fn dequantize_row(acc: &[i32; NR], inv_x_scale: f32, e: &PanelEpilogue, y: &mut [f32]) {
-    fn generic(acc: &[i32; NR], inv_x_scale: f32, e: &PanelEpilogue, y: &mut [f32]) {
-        let mut row = [0.0f32; NR];
-        for c in 0..NR {
-            row[c] = (acc[c] - e.compensation[c]) as f32 * inv_x_scale / e.w_scales[c] + e.bias[c];
-        }
-        y.copy_from_slice(&row[..e.cols]);
-    }
-    super::isa::dispatch_isa!(generic(acc: &[i32; NR], inv_x_scale: f32, e: &PanelEpilogue, y: &mut [f32]) -> ())
-}
-
 /// The reference kernel: `acc[r][c] = Σk a[r][k] * w[c][k]` over the packed layouts, with
 /// `a` read as u8 when `shifted` (the VNNI operand) and as i8 otherwise.
-fn tile_scalar(a: &[u8], panel: &[u8], kp: usize, rows: usize, shifted: bool, acc: &mut [[i32; NR]; MR]) {
-    for (r, acc_row) in acc.iter_mut().enumerate().take(rows) {
-        *acc_row = [0; NR];
+fn tile_scalar(a: &[u8], panel: &[u8], kp: usize, shifted: bool, t: &TileOut) {
+    for r in 0..t.rows {
+        let mut acc = [0i32; NR];
         for g in 0..kp / 4 {
             let xs = &a[(g * MR + r) * 4..(g * MR + r) * 4 + 4];
             let ws = &panel[g * NR * 4..(g + 1) * NR * 4];
-            for (c, out) in acc_row.iter_mut().enumerate() {
+            for (c, out) in acc.iter_mut().enumerate() {
                 for j in 0..4 {
                     let xv = if shifted { xs[j] as i32 } else { xs[j] as i8 as i32 };
                     *out += xv * (ws[c * 4 + j] as i8 as i32);
                 }
             }
         }
+        t.store(r, &acc);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{MR, NR};
+    use super::{TileOut, MR, NR};
     use std::arch::x86_64::*;
 
     /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
@@ -333,22 +373,22 @@ mod x86 {
 
     /// AVX-512 VNNI: up to 8 rows x 32 columns, 2 zmm accumulators per row.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn tile_avx512_vnni(a: &[u8], panel: &[u8], kp: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
-        match rows {
-            8 => vnni512::<8>(a, panel, kp, acc),
-            7 => vnni512::<7>(a, panel, kp, acc),
-            6 => vnni512::<6>(a, panel, kp, acc),
-            5 => vnni512::<5>(a, panel, kp, acc),
-            4 => vnni512::<4>(a, panel, kp, acc),
-            3 => vnni512::<3>(a, panel, kp, acc),
-            2 => vnni512::<2>(a, panel, kp, acc),
-            _ => vnni512::<1>(a, panel, kp, acc),
+    pub unsafe fn tile_avx512_vnni(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
+        match t.rows {
+            8 => vnni512::<8>(a, panel, kp, t),
+            7 => vnni512::<7>(a, panel, kp, t),
+            6 => vnni512::<6>(a, panel, kp, t),
+            5 => vnni512::<5>(a, panel, kp, t),
+            4 => vnni512::<4>(a, panel, kp, t),
+            3 => vnni512::<3>(a, panel, kp, t),
+            2 => vnni512::<2>(a, panel, kp, t),
+            _ => vnni512::<1>(a, panel, kp, t),
         }
     }
 
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn vnni512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, acc: &mut [[i32; NR]; MR]) {
+    unsafe fn vnni512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
         let mut s0 = [_mm512_setzero_si512(); R];
         let mut s1 = [_mm512_setzero_si512(); R];
@@ -365,29 +405,31 @@ mod x86 {
             }
         }
         for r in 0..R {
-            _mm512_storeu_si512(acc[r].as_mut_ptr() as *mut _, s0[r]);
-            _mm512_storeu_si512(acc[r].as_mut_ptr().add(16) as *mut _, s1[r]);
+            let mut acc = [0i32; NR];
+            _mm512_storeu_si512(acc.as_mut_ptr() as *mut _, s0[r]);
+            _mm512_storeu_si512(acc.as_mut_ptr().add(16) as *mut _, s1[r]);
+            t.store(r, &acc);
         }
     }
 
     /// AVX-512BW without VNNI: `vpmaddubsw(|x|, w · sign(x))` then `vpmaddwd` by ones.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub unsafe fn tile_avx512_bw(a: &[u8], panel: &[u8], kp: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
-        match rows {
-            8 => bw512::<8>(a, panel, kp, acc),
-            7 => bw512::<7>(a, panel, kp, acc),
-            6 => bw512::<6>(a, panel, kp, acc),
-            5 => bw512::<5>(a, panel, kp, acc),
-            4 => bw512::<4>(a, panel, kp, acc),
-            3 => bw512::<3>(a, panel, kp, acc),
-            2 => bw512::<2>(a, panel, kp, acc),
-            _ => bw512::<1>(a, panel, kp, acc),
+    pub unsafe fn tile_avx512_bw(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
+        match t.rows {
+            8 => bw512::<8>(a, panel, kp, t),
+            7 => bw512::<7>(a, panel, kp, t),
+            6 => bw512::<6>(a, panel, kp, t),
+            5 => bw512::<5>(a, panel, kp, t),
+            4 => bw512::<4>(a, panel, kp, t),
+            3 => bw512::<3>(a, panel, kp, t),
+            2 => bw512::<2>(a, panel, kp, t),
+            _ => bw512::<1>(a, panel, kp, t),
         }
     }
 
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn bw512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, acc: &mut [[i32; NR]; MR]) {
+    unsafe fn bw512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
         let ones = _mm512_set1_epi16(1);
         let zero = _mm512_setzero_si512();
@@ -409,27 +451,29 @@ mod x86 {
             }
         }
         for r in 0..R {
-            _mm512_storeu_si512(acc[r].as_mut_ptr() as *mut _, s0[r]);
-            _mm512_storeu_si512(acc[r].as_mut_ptr().add(16) as *mut _, s1[r]);
+            let mut acc = [0i32; NR];
+            _mm512_storeu_si512(acc.as_mut_ptr() as *mut _, s0[r]);
+            _mm512_storeu_si512(acc.as_mut_ptr().add(16) as *mut _, s1[r]);
+            t.store(r, &acc);
         }
     }
 
     /// AVX-VNNI (256-bit): rows two at a time x 32 columns (4 ymm per row).
     #[target_feature(enable = "avx2,fma,avxvnni")]
-    pub unsafe fn tile_avx_vnni(a: &[u8], panel: &[u8], kp: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
+    pub unsafe fn tile_avx_vnni(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
         let mut r = 0;
-        while r + 2 <= rows {
-            vnni256::<2>(a, r, panel, kp, acc);
+        while r + 2 <= t.rows {
+            vnni256::<2>(a, r, panel, kp, t);
             r += 2;
         }
-        if r < rows {
-            vnni256::<1>(a, r, panel, kp, acc);
+        if r < t.rows {
+            vnni256::<1>(a, r, panel, kp, t);
         }
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma,avxvnni")]
-    unsafe fn vnni256<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, acc: &mut [[i32; NR]; MR]) {
+    unsafe fn vnni256<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
         let mut s = [[_mm256_setzero_si256(); 4]; R];
         for g in 0..kp / 4 {
@@ -442,28 +486,30 @@ mod x86 {
             }
         }
         for r in 0..R {
+            let mut acc = [0i32; NR];
             for j in 0..4 {
-                _mm256_storeu_si256(acc[r0 + r].as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
+                _mm256_storeu_si256(acc.as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
             }
+            t.store(r0 + r, &acc);
         }
     }
 
     /// AVX2: `vpmaddubsw(|x|, vpsignb(w, x))` then `vpmaddwd` by ones, rows two at a time.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile_avx2(a: &[u8], panel: &[u8], kp: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
+    pub unsafe fn tile_avx2(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
         let mut r = 0;
-        while r + 2 <= rows {
-            avx2::<2>(a, r, panel, kp, acc);
+        while r + 2 <= t.rows {
+            avx2::<2>(a, r, panel, kp, t);
             r += 2;
         }
-        if r < rows {
-            avx2::<1>(a, r, panel, kp, acc);
+        if r < t.rows {
+            avx2::<1>(a, r, panel, kp, t);
         }
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, acc: &mut [[i32; NR]; MR]) {
+    unsafe fn avx2<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
         let ones = _mm256_set1_epi16(1);
         let mut s = [[_mm256_setzero_si256(); 4]; R];
@@ -479,9 +525,11 @@ mod x86 {
             }
         }
         for r in 0..R {
+            let mut acc = [0i32; NR];
             for j in 0..4 {
-                _mm256_storeu_si256(acc[r0 + r].as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
+                _mm256_storeu_si256(acc.as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
             }
+            t.store(r0 + r, &acc);
         }
     }
 }
