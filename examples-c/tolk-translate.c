@@ -25,7 +25,7 @@ static void usage(FILE *out) {
             "usage: tolk-translate --model DIR --tokens [options] < input > output\n"
             "  --model DIR              CTranslate2 model directory (required)\n"
             "  --tokens                 input/output lines are space-separated tokens\n"
-            "  --compute-type T         default|auto|float32 (default: default)\n"
+            "  --compute-type T         default|auto|float32|int8|int16 (default: as saved)\n"
             "  --beam N                 beam size, 1 = greedy (default 2)\n"
             "  --n-best N               hypotheses per sentence, one line each, best first\n"
             "                           (default 1; at most the beam size)\n"
@@ -228,11 +228,16 @@ int main(int argc, char **argv) {
     const char *const **batch = NULL;
     size_t *lengths = NULL;
     status = 1;
-    if (tolk_model_load(cli.model_dir, &model) != TOLK_OK ||
+    /* The model is loaded for the compute type asked for, so no second copy is made. */
+    TolkModelOptions model_options = tolk_model_options_default();
+    model_options.compute_type = cli.translator.compute_type;
+    if (tolk_model_load_with_options(cli.model_dir, &model_options, &model) != TOLK_OK ||
         tolk_translator_new(model, &cli.translator, &translator) != TOLK_OK) {
         fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
         goto done;
     }
+    if (cli.verbose)
+        fprintf(stderr, "compute type: %s\n", tolk_model_compute_type(model));
     if (!read_input(stdin, &in)) {
         fprintf(stderr, "tolk-translate: cannot read the input: %s\n", strerror(errno));
         goto done;

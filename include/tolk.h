@@ -116,6 +116,21 @@ typedef struct TolkResult TolkResult;
 typedef struct TolkTranslator TolkTranslator;
 
 /**
+ * Settings of model loading. Always start from `tolk_model_options_default()`.
+ */
+typedef struct TolkModelOptions {
+  /**
+   * sizeof(TolkModelOptions), set by the _default() function (ABI versioning).
+   */
+  uint32_t struct_size;
+  /**
+   * What the weights are converted to at load: "default" (as saved, NULL), "auto"
+   * (int8 where the CPU has integer SIMD), "float32", "int8" (= "int8_float32"), "int16".
+   */
+  const char *compute_type;
+} TolkModelOptions;
+
+/**
  * Settings of a translator. Always start from `tolk_translator_options_default()`.
  */
 typedef struct TolkTranslatorOptions {
@@ -128,7 +143,9 @@ typedef struct TolkTranslatorOptions {
    */
   const char *device;
   /**
-   * "default", "auto" or "float32" (NULL = "default"); quantized types come later.
+   * "default" (the model's, NULL), "auto", "float32", "int8" (= "int8_float32") or
+   * "int16". A type other than the model's loads a converted copy of the weights: to
+   * save memory, load the model with that type (tolk_model_load_with_options).
    */
   const char *compute_type;
   /**
@@ -229,13 +246,40 @@ const char *tolk_last_error(void);
 const char *tolk_status_string(enum TolkStatus status);
 
 /**
- * Loads a CTranslate2 model directory. On success `*out_model` receives a model to
- * release with tolk_model_free.
+ * Loads a CTranslate2 model directory with its weights as saved (compute type
+ * "default"). On success `*out_model` receives a model to release with tolk_model_free.
  *
  * # Safety
  * `path` must be NULL or a NUL-terminated string; `out_model` NULL or writable.
  */
 enum TolkStatus tolk_model_load(const char *path, struct TolkModel **out_model);
+
+/**
+ * Default model loading settings (compute type "default").
+ */
+struct TolkModelOptions tolk_model_options_default(void);
+
+/**
+ * Loads a CTranslate2 model directory with its weights converted for
+ * `options->compute_type` (quantized or dequantized as CTranslate2 does). `options` may be
+ * NULL (defaults). On success `*out_model` receives a model to release with tolk_model_free.
+ *
+ * # Safety
+ * `path` must be NULL or a NUL-terminated string; `options` NULL or initialized by
+ * tolk_model_options_default; `out_model` NULL or writable.
+ */
+enum TolkStatus tolk_model_load_with_options(const char *path,
+                                             const struct TolkModelOptions *options,
+                                             struct TolkModel **out_model);
+
+/**
+ * The compute type a model's weights were loaded for: "float32", "int8_float32" or
+ * "int16" (static string; NULL for a NULL model).
+ *
+ * # Safety
+ * `model` must be NULL or a live model.
+ */
+const char *tolk_model_compute_type(const struct TolkModel *model);
 
 /**
  * Releases a model. Translators created from it stay valid (they share the model).

@@ -60,6 +60,17 @@ struct HypothesisC {
     score: f32,
 }
 
+/// Settings of model loading. Always start from `tolk_model_options_default()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TolkModelOptions {
+    /// sizeof(TolkModelOptions), set by the _default() function (ABI versioning).
+    pub struct_size: u32,
+    /// What the weights are converted to at load: "default" (as saved, NULL), "auto"
+    /// (int8 where the CPU has integer SIMD), "float32", "int8" (= "int8_float32"), "int16".
+    pub compute_type: *const c_char,
+}
+
 /// The result of a batch translation (opaque, immutable).
 pub struct TolkResult {
     examples: Vec<Vec<HypothesisC>>,
@@ -73,7 +84,9 @@ pub struct TolkTranslatorOptions {
     pub struct_size: u32,
     /// "cpu" (NULL = "cpu").
     pub device: *const c_char,
-    /// "default", "auto" or "float32" (NULL = "default"); quantized types come later.
+    /// "default" (the model's, NULL), "auto", "float32", "int8" (= "int8_float32") or
+    /// "int16". A type other than the model's loads a converted copy of the weights: to
+    /// save memory, load the model with that type (tolk_model_load_with_options).
     pub compute_type: *const c_char,
     /// Threads used inside one translation (0 = 1).
     pub intra_threads: u32,
@@ -260,22 +273,64 @@ pub extern "C" fn tolk_status_string(status: TolkStatus) -> *const c_char {
     s.as_ptr() as *const c_char
 }
 
-/// Loads a CTranslate2 model directory. On success `*out_model` receives a model to
-/// release with tolk_model_free.
+/// Loads a CTranslate2 model directory with its weights as saved (compute type
+/// "default"). On success `*out_model` receives a model to release with tolk_model_free.
 ///
 /// # Safety
 /// `path` must be NULL or a NUL-terminated string; `out_model` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn tolk_model_load(path: *const c_char, out_model: *mut *mut TolkModel) -> TolkStatus {
+    tolk_model_load_with_options(path, ptr::null(), out_model)
+}
+
+/// Default model loading settings (compute type "default").
+#[no_mangle]
+pub extern "C" fn tolk_model_options_default() -> TolkModelOptions {
+    TolkModelOptions { struct_size: std::mem::size_of::<TolkModelOptions>() as u32, compute_type: ptr::null() }
+}
+
+/// Loads a CTranslate2 model directory with its weights converted for
+/// `options->compute_type` (quantized or dequantized as CTranslate2 does). `options` may be
+/// NULL (defaults). On success `*out_model` receives a model to release with tolk_model_free.
+///
+/// # Safety
+/// `path` must be NULL or a NUL-terminated string; `options` NULL or initialized by
+/// tolk_model_options_default; `out_model` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_model_load_with_options(
+    path: *const c_char,
+    options: *const TolkModelOptions,
+    out_model: *mut *mut TolkModel,
+) -> TolkStatus {
     guard("tolk_model_load", || {
         let out = non_null(out_model as *const *mut TolkModel, "out_model")? as *mut *mut TolkModel;
         *out = ptr::null_mut();
         non_null(path, "path")?;
         let path = opt_str(path, "path")?.unwrap_or_default();
-        let model = Model::load(path)?;
+        let defaults = tolk_model_options_default();
+        let opts = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
+        let compute_type = ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?;
+        let model = Model::load_with(path, compute_type)?;
         *out = Box::into_raw(Box::new(TolkModel { model }));
         Ok(())
     })
+}
+
+/// The compute type a model's weights were loaded for: "float32", "int8_float32" or
+/// "int16" (static string; NULL for a NULL model).
+///
+/// # Safety
+/// `model` must be NULL or a live model.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_model_compute_type(model: *const TolkModel) -> *const c_char {
+    if model.is_null() {
+        return ptr::null();
+    }
+    match (*model).model.compute_type() {
+        ComputeType::Int8 => c"int8_float32".as_ptr(),
+        ComputeType::Int16 => c"int16".as_ptr(),
+        _ => c"float32".as_ptr(),
+    }
 }
 
 /// Releases a model. Translators created from it stay valid (they share the model).

@@ -82,6 +82,16 @@ class TolkError(RuntimeError):
 # --------------------------------------------------------------------------- C types
 
 
+class TolkModelOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("compute_type", ctypes.c_char_p),
+    ]
+
+
+_ModelOptions = TolkModelOptions
+
+
 class TolkTranslatorOptions(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -179,6 +189,9 @@ def _declare(lib):
     fn("tolk_status_string", ctypes.c_char_p, _Status)
 
     fn("tolk_model_load", _Status, ctypes.c_char_p, ctypes.POINTER(_ModelP))
+    fn("tolk_model_options_default", _ModelOptions)
+    fn("tolk_model_load_with_options", _Status, ctypes.c_char_p, ctypes.POINTER(_ModelOptions), ctypes.POINTER(_ModelP))
+    fn("tolk_model_compute_type", ctypes.c_char_p, _ModelP)
     fn("tolk_model_free", None, _ModelP)
 
     fn("tolk_translator_options_default", TolkTranslatorOptions)
@@ -281,12 +294,17 @@ class Model:
     """An immutable loaded model (``TolkModel``); shareable across threads and
     translators."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, compute_type: str = "default"):
+        """Loads ``path`` with the weights converted for ``compute_type`` ("default":
+        as saved; "auto", "float32", "int8", "int16")."""
         self._lib = _get_lib()
         self._ptr = None
         self.path = os.fspath(path)
         out = _ModelP()
-        status = self._lib.tolk_model_load(self.path.encode("utf-8"), ctypes.byref(out))
+        opts = self._lib.tolk_model_options_default()
+        compute_b = compute_type.encode("utf-8") if compute_type is not None else None
+        opts.compute_type = compute_b
+        status = self._lib.tolk_model_load_with_options(self.path.encode("utf-8"), ctypes.byref(opts), ctypes.byref(out))
         _check(self._lib, status)
         if not out:
             raise TolkError(Status.ERROR_INTERNAL, "tolk_model_load returned TOLK_OK but no model")
@@ -295,6 +313,11 @@ class Model:
     @property
     def closed(self) -> bool:
         return not self._ptr
+
+    @property
+    def compute_type(self) -> str:
+        """What the weights were loaded for: "float32", "int8_float32" or "int16"."""
+        return self._lib.tolk_model_compute_type(self._ptr).decode("ascii")
 
     def close(self):
         ptr, self._ptr = self._ptr, None
@@ -346,15 +369,19 @@ class Translator:
 
     def __init__(
         self,
-        model: Model,
+        model,
         compute_type: str = "default",
         intra_threads: int = 1,
         device: str = "cpu",
     ):
+        """``model`` is a :class:`Model` or, as in ``ctranslate2.Translator``, a model
+        directory (then loaded with ``compute_type`` and owned by this translator)."""
         self._lib = _get_lib()
         self._ptr = None
+        if isinstance(model, (str, os.PathLike)):
+            model = Model(model, compute_type=compute_type)
         if not isinstance(model, Model):
-            raise TypeError("model must be a tolk.Model")
+            raise TypeError("model must be a tolk.Model or a model directory")
         if model.closed:
             raise ValueError("the model is closed")
         self.model = model  # keeps the Python object alive too

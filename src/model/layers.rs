@@ -4,6 +4,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::backend::cpu::int16::PackedI16Matrix;
 use crate::backend::cpu::int8::PackedI8Matrix;
 use crate::backend::cpu::packed::PackedMatrix;
 use crate::backend::cpu::weight::PackedWeight;
@@ -96,13 +97,11 @@ impl<'a> WeightReader<'a> {
         if dims != [n, k] {
             return Err(Error::invalid_model(format!("model.bin: {name} has shape {dims:?}, expected [{n}, {k}]")));
         }
-        let dbg_f32 = std::env::var("TOLK_DBG_F32").ok().is_some_and(|v| v.split(',').any(|p| !p.is_empty() && name.contains(p)));
         let saved = match self.compute_type {
             ComputeType::Int8 | ComputeType::Int16 => self.bin.quantized(name)?,
             _ => None,
         };
-        let ct = if dbg_f32 { ComputeType::Float32 } else { self.compute_type };
-        let p = Arc::new(match (ct, saved) {
+        let p = Arc::new(match (self.compute_type, saved) {
             // Saved in the compute type: used as is, exactly as CTranslate2 does.
             (ComputeType::Int8, Some(Quantized::Int8 { values, scales })) => {
                 self.mark(name);
@@ -110,9 +109,11 @@ impl<'a> WeightReader<'a> {
             }
             // Otherwise through float32 (int8 <-> int16 dequantize and requantize).
             (ComputeType::Int8, _) => PackedWeight::Int8(PackedI8Matrix::quantize(&self.tensor(name)?, n, k)),
-            (ComputeType::Int16, _) => {
-                return Err(Error::unsupported("int16 is not wired yet"));
+            (ComputeType::Int16, Some(Quantized::Int16 { values, scale })) => {
+                self.mark(name);
+                PackedWeight::Int16(PackedI16Matrix::from_quantized(&values, scale, n, k))
             }
+            (ComputeType::Int16, _) => PackedWeight::Int16(PackedI16Matrix::quantize(&self.tensor(name)?, n, k)),
             _ => PackedWeight::Float32(PackedMatrix::pack(&self.tensor(name)?, n, k)),
         });
         if self.bin.is_alias_target(&stored) {

@@ -1,22 +1,18 @@
 //! int16 Linear layers: `y = x · Wᵀ` with `W` quantized per tensor and `x` quantized on the
 //! fly, multiplied as 16-bit integers with 32-bit accumulation.
 //!
-//! Numerics of CTranslate2 4.8 on CPU for compute_type int16 (binary version >= 5, rounding
-//! half to even with `nearbyintf` / `np.rint`):
-//! - weights, src/ops/quantize_cpu.cc (PER_LAYER, as src/models/model.cc and model_spec.py
-//!   use): `scale_w = 1024 / amax(|W|)`, `q = clamp(rne(w * scale_w), -32768, 32767)`;
-//! - activations, src/layers/common.cc (Dense, ScaleType::GLOBAL) with src/ops/quantize.cc
-//!   `global_int16_scale = 1000`: `q = clamp(rne(x * 1000), -32768, 32767)`, so |x| > 32.767
-//!   saturates;
-//! - output, src/ops/dequantize_cpu.cc then BiasAdd (src/ops/gemm.cc):
-//!   `y = float(acc) * (1 / (1000 * scale_w)) + bias`.
+//! CTranslate2 4.8 on CPU (rne = round half to even, `nearbyintf`, binary version >= 5):
+//! - weights (src/ops/quantize_cpu.cc, PER_LAYER): `s_w = 1024 / amax(|W|)`, `q = clamp(rne(w * s_w))`;
+//! - inputs (src/layers/common.cc Dense, GLOBAL scale = 1000 from src/ops/quantize.cc):
+//!   `q = clamp(rne(x * 1000), -32768, 32767)`, so |x| > 32.767 saturates;
+//! - output (src/ops/dequantize_cpu.cc, then BiasAdd): `y = float(acc) * (1 / (1000 * s_w)) + b`.
 //!
 //! Weights are packed once into panels of `NR = 32` output columns with k in pairs,
 //! `[k/2][32][2]` i16, the operand layout of `vpmaddwd` / `vpdpwssd` (two s16 x s16 products
 //! summed per 32-bit lane); activation rows are interleaved by 8 as `[k/2][8]` 32-bit pairs
-//! so that one broadcast feeds a whole panel row. Sums are exact while they fit an i32 (with
-//! CT2's weights, |q| <= 1024: k * |x| <= 2^21 always does); beyond that every path wraps
-//! modulo 2^32 identically (CT2 leaves overflow to MKL), so all ISAs are bit-identical.
+//! so that one broadcast feeds a whole panel row. With CT2's weights (|q| <= 1024) a sum is
+//! exact while `Σ|x| < 2097` over its row (|acc| <= 1024 · 1000 · Σ|x| < 2^31), as in CT2;
+//! beyond that every path wraps modulo 2^32 alike, so all ISAs stay bit-identical.
 use super::isa::{self, Isa};
 
 /// Output columns per packed panel.
@@ -103,6 +99,7 @@ impl PackedI16Matrix {
 /// (the 32-bit broadcast of the kernels); padding rows and the odd-k tail are zero.
 fn quantize_activations(x: &[f32], m: usize, k: usize, pairs: usize) -> Vec<i32> {
     fn quantize_row(row: &[f32], out: &mut [i16]) {
+        #[inline(always)]
         fn generic(row: &[f32], out: &mut [i16]) {
             for (o, &v) in out.iter_mut().zip(row) {
                 *o = quantize_value(v, X_SCALE);
@@ -121,6 +118,14 @@ fn quantize_activations(x: &[f32], m: usize, k: usize, pairs: usize) -> Vec<i32>
         }
     }
     data
+}
+
+/// One row group (`rows` <= MR interleaved rows, `pairs` k-pairs) times one panel.
+struct Tile<'a> {
+    a: &'a [i32],
+    panel: &'a [i16],
+    pairs: usize,
+    rows: usize,
 }
 
 /// One panel's epilogue: `y = float(acc) * inv_scale (+ bias)` on its `cols` columns.
@@ -189,7 +194,7 @@ pub fn matmul_i16(x: &[f32], w: &PackedI16Matrix, bias: Option<&[f32]>, y: &mut 
                 let panel = w.panel(p);
                 for g in g0..(g0 + block).min(groups) {
                     let rows = MR.min(m - g * MR);
-                    let ag = &a[g * pairs * MR..(g + 1) * pairs * MR];
+                    let t = Tile { a: &a[g * pairs * MR..(g + 1) * pairs * MR], panel, pairs, rows };
                     // SAFETY: rows g*MR.. g*MR+rows and the panel's columns lie inside `y`
                     // (checked above); concurrent panels write disjoint columns.
                     let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(g * MR * n + p * NR), (rows - 1) * n + cols) };
@@ -198,15 +203,15 @@ pub fn matmul_i16(x: &[f32], w: &PackedI16Matrix, bias: Option<&[f32]>, y: &mut 
                     unsafe {
                         match isa {
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Vnni => x86::avx512_vnni(ag, panel, pairs, rows, &e, y, n),
+                            Isa::Avx512Vnni => x86::avx512_vnni(&t, &e, y, n),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Bw => x86::avx512_bw(ag, panel, pairs, rows, &e, y, n),
+                            Isa::Avx512Bw => x86::avx512_bw(&t, &e, y, n),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::AvxVnni => x86::avx_vnni(ag, panel, pairs, rows, &e, y, n),
+                            Isa::AvxVnni => x86::avx_vnni(&t, &e, y, n),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx2 => x86::avx2(ag, panel, pairs, rows, &e, y, n),
+                            Isa::Avx2 => x86::avx2(&t, &e, y, n),
                             _ => {
-                                tile_scalar(ag, panel, pairs, rows, &mut acc);
+                                tile_scalar(&t, &mut acc);
                                 store_rows(&acc, rows, &e, y, n);
                             }
                         }
@@ -233,13 +238,13 @@ pub fn matmul_i16(x: &[f32], w: &PackedI16Matrix, bias: Option<&[f32]>, y: &mut 
 
 /// The reference kernel: `acc[r][c] = Σ x[r][k] * w[c][k]` over the packed layouts,
 /// wrapping on overflow as the SIMD kernels do.
-fn tile_scalar(a: &[i32], panel: &[i16], pairs: usize, rows: usize, acc: &mut [[i32; NR]; MR]) {
-    for (r, acc_row) in acc.iter_mut().enumerate().take(rows) {
+fn tile_scalar(t: &Tile, acc: &mut [[i32; NR]; MR]) {
+    for (r, acc_row) in acc.iter_mut().enumerate().take(t.rows) {
         *acc_row = [0; NR];
-        for p in 0..pairs {
-            let xp = a[p * MR + r];
+        for p in 0..t.pairs {
+            let xp = t.a[p * MR + r];
             let (x0, x1) = (xp as i16 as i32, xp >> 16);
-            let ws = &panel[p * NR * 2..(p + 1) * NR * 2];
+            let ws = &t.panel[p * NR * 2..(p + 1) * NR * 2];
             for (c, s) in acc_row.iter_mut().enumerate() {
                 *s = s.wrapping_add(x0 * ws[2 * c] as i32).wrapping_add(x1 * ws[2 * c + 1] as i32);
             }
@@ -249,7 +254,7 @@ fn tile_scalar(a: &[i32], panel: &[i16], pairs: usize, rows: usize, acc: &mut [[
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{store_rows, Epilogue, MR, NR};
+    use super::{store_rows, Epilogue, Tile, MR, NR};
     use std::arch::x86_64::*;
 
     /// Fetches the panel row `PREFETCH` pairs ahead into L1: without it, a row group that
@@ -265,36 +270,36 @@ mod x86 {
 
     /// AVX-512 with VNNI: `vpdpwssd` fuses the pair products and the accumulation.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn avx512_vnni(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
-        panel512::<true>(a, w, pairs, rows, e, y, ldy)
+    pub unsafe fn avx512_vnni(t: &Tile, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        panel512::<true>(t, e, y, ldy)
     }
 
     /// AVX-512BW: `vpmaddwd` then `vpaddd`.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub unsafe fn avx512_bw(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
-        panel512::<false>(a, w, pairs, rows, e, y, ldy)
+    pub unsafe fn avx512_bw(t: &Tile, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        panel512::<false>(t, e, y, ldy)
     }
 
     /// One row group: a tile of up to 8 rows x 32 columns (2 zmm per row).
     #[inline(always)]
-    unsafe fn panel512<const VNNI: bool>(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
+    unsafe fn panel512<const VNNI: bool>(t: &Tile, e: &Epilogue, y: &mut [f32], ldy: usize) {
         let mut acc = [[0i32; NR]; MR];
-        let (a, w) = (a.as_ptr(), w.as_ptr());
-        match rows {
-            8 => tile512::<8, VNNI>(a, w, pairs, &mut acc),
-            5..=7 => tile512::<7, VNNI>(a, w, pairs, &mut acc),
-            3 | 4 => tile512::<4, VNNI>(a, w, pairs, &mut acc),
-            2 => tile512::<2, VNNI>(a, w, pairs, &mut acc),
-            _ => tile512::<1, VNNI>(a, w, pairs, &mut acc),
+        match t.rows {
+            8 => tile512::<8, VNNI>(t, &mut acc),
+            5..=7 => tile512::<7, VNNI>(t, &mut acc),
+            3 | 4 => tile512::<4, VNNI>(t, &mut acc),
+            2 => tile512::<2, VNNI>(t, &mut acc),
+            _ => tile512::<1, VNNI>(t, &mut acc),
         }
-        store_rows(&acc, rows, e, y, ldy);
+        store_rows(&acc, t.rows, e, y, ldy);
     }
 
     #[inline(always)]
-    unsafe fn tile512<const R: usize, const VNNI: bool>(a: *const i32, w: *const i16, pairs: usize, acc: &mut [[i32; NR]; MR]) {
+    unsafe fn tile512<const R: usize, const VNNI: bool>(t: &Tile, acc: &mut [[i32; NR]; MR]) {
+        let (a, w) = (t.a.as_ptr(), t.panel.as_ptr());
         let mut s0 = [_mm512_setzero_si512(); R];
         let mut s1 = [_mm512_setzero_si512(); R];
-        for p in 0..pairs {
+        for p in 0..t.pairs {
             // Weights are streamed once per row group: fetch ahead of use.
             prefetch(w, p);
             let w0 = _mm512_loadu_si512(w.add(p * NR * 2) as *const _);
@@ -318,37 +323,35 @@ mod x86 {
 
     /// AVX-VNNI (256-bit `vpdpwssd`).
     #[target_feature(enable = "avx2,fma,avxvnni")]
-    pub unsafe fn avx_vnni(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
-        panel256::<true>(a, w, pairs, rows, e, y, ldy)
+    pub unsafe fn avx_vnni(t: &Tile, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        panel256::<true>(t, e, y, ldy)
     }
 
     /// AVX2: `vpmaddwd` then `vpaddd`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn avx2(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
-        panel256::<false>(a, w, pairs, rows, e, y, ldy)
+    pub unsafe fn avx2(t: &Tile, e: &Epilogue, y: &mut [f32], ldy: usize) {
+        panel256::<false>(t, e, y, ldy)
     }
 
     /// One row group in tiles of 3 rows x 32 columns (4 ymm per row: 12 accumulators).
     #[inline(always)]
-    unsafe fn panel256<const VNNI: bool>(a: &[i32], w: &[i16], pairs: usize, rows: usize, e: &Epilogue, y: &mut [f32], ldy: usize) {
+    unsafe fn panel256<const VNNI: bool>(t: &Tile, e: &Epilogue, y: &mut [f32], ldy: usize) {
         let mut acc = [[0i32; NR]; MR];
-        let (a, w) = (a.as_ptr(), w.as_ptr());
-        let mut r = 0;
-        while r < rows {
-            match rows - r {
-                1 => tile256::<1, VNNI>(a, r, w, pairs, &mut acc),
-                2 => tile256::<2, VNNI>(a, r, w, pairs, &mut acc),
-                _ => tile256::<3, VNNI>(a, r, w, pairs, &mut acc),
+        for r0 in (0..t.rows).step_by(3) {
+            match t.rows - r0 {
+                1 => tile256::<1, VNNI>(t, r0, &mut acc),
+                2 => tile256::<2, VNNI>(t, r0, &mut acc),
+                _ => tile256::<3, VNNI>(t, r0, &mut acc),
             }
-            r += 3;
         }
-        store_rows(&acc, rows, e, y, ldy);
+        store_rows(&acc, t.rows, e, y, ldy);
     }
 
     #[inline(always)]
-    unsafe fn tile256<const R: usize, const VNNI: bool>(a: *const i32, r0: usize, w: *const i16, pairs: usize, acc: &mut [[i32; NR]; MR]) {
+    unsafe fn tile256<const R: usize, const VNNI: bool>(t: &Tile, r0: usize, acc: &mut [[i32; NR]; MR]) {
+        let (a, w) = (t.a.as_ptr(), t.panel.as_ptr());
         let mut s = [[_mm256_setzero_si256(); 4]; R];
-        for p in 0..pairs {
+        for p in 0..t.pairs {
             prefetch(w, p);
             let wp = w.add(p * NR * 2);
             for (r, sr) in s.iter_mut().enumerate() {
@@ -397,7 +400,7 @@ mod tests {
 
     fn check_all_isas(x: &[f32], w: &PackedI16Matrix, bias: Option<&[f32]>, m: usize, expected: &[f32]) {
         for isa in isa::available() {
-            for threads in [1] {
+            for threads in [1, 2] {
                 let mut y = vec![f32::NAN; m * w.n];
                 isa::with_isa(isa, || matmul_i16(x, w, bias, &mut y, m, threads));
                 let same = y.iter().zip(expected).all(|(a, b)| a.to_bits() == b.to_bits());
@@ -409,8 +412,8 @@ mod tests {
     #[test]
     fn every_kernel_is_bit_identical_to_the_reference() {
         let mut seed = 11;
-        let shapes = [(1, 1, 1), (2, 3, 2), (3, 5, 3), (8, 32, 4), (9, 33, 7), (11, 64, 16), (37, 70, 131), (9, 257, 513), (5, 40, 2050)];
-        for &(m, n, k) in &shapes {
+        let shapes = [(1, 1, 1), (2, 3, 2), (3, 5, 3), (8, 32, 4), (9, 33, 7), (11, 64, 16), (37, 70, 131), (9, 257, 513)];
+        for &(m, n, k) in shapes.iter().chain(&[(5, 40, 2050), (13, 96, 64)]) {
             let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed) * 3.0).collect();
             let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed) * 0.2).collect();
             let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
@@ -472,32 +475,5 @@ mod tests {
         let q = PackedI16Matrix::from_quantized(&[3, -7, 100, 0], 4.0, 2, 2);
         q.copy_row(1, &mut row[..2]);
         assert_eq!(row[..2], [25.0, 0.0]);
-    }
-
-    #[test]
-    #[ignore]
-    fn tmp_timing() {
-        let mut seed = 3;
-        for &(m, n, k) in &[(1usize, 65000usize, 512usize), (8, 65000, 512), (1, 65000, 512), (8, 65000, 512), (128, 65000, 512)] {
-            let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed)).collect();
-            let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed) * 0.1).collect();
-            let packed = PackedI16Matrix::quantize(&w, n, k);
-            let pf = crate::backend::cpu::packed::PackedMatrix::pack(&w, n, k);
-            let mut y = vec![0.0; m * n];
-            let reps = if m == 128 { 5 } else { 30 };
-            for isa in isa::available() {
-                for threads in [1] {
-                    isa::with_isa(isa, || matmul_i16(&x, &packed, None, &mut y, m, threads));
-                    let t = std::time::Instant::now();
-                    for _ in 0..reps { isa::with_isa(isa, || matmul_i16(&x, &packed, None, &mut y, m, threads)); }
-                    let dt = t.elapsed().as_secs_f64() / reps as f64;
-                    isa::with_isa(isa, || crate::backend::cpu::packed::matmul_packed(&x, &pf, None, &mut y, m, threads));
-                    let t = std::time::Instant::now();
-                    for _ in 0..reps { isa::with_isa(isa, || crate::backend::cpu::packed::matmul_packed(&x, &pf, None, &mut y, m, threads)); }
-                    let df = t.elapsed().as_secs_f64() / reps as f64;
-                    eprintln!("{m}x{n}x{k} {isa:?} t={threads}: int16 {:.2} ms ({:.1} GMAC/s), f32 {:.2} ms", dt * 1e3, (m * n * k) as f64 / dt / 1e9, df * 1e3);
-                }
-            }
-        }
     }
 }

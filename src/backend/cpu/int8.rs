@@ -204,7 +204,11 @@ fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f3
         let mut q = [0u8; 64];
         for (c, chunk) in row.chunks(64).enumerate() {
             for (o, &v) in q.iter_mut().zip(chunk) {
-                *o = (v.mul_add(scale, 128.0).round_ties_even().clamp(0.0, 255.0) as i32 as u8) ^ flip;
+                // Adding 1.5 * 2^23 rounds to an integer, half to even, in the low mantissa
+                // bits: a conversion the compiler vectorizes (`as i32` is not, with its
+                // saturating NaN rules).
+                let y = v.mul_add(scale, 128.0).max(0.0).min(255.0);
+                *o = ((y + 12_582_912.0).to_bits() as u8) ^ flip;
             }
             // Whole 4-byte groups; a tail group carries stale bytes against zero weights.
             for i in 0..chunk.len().div_ceil(4) {
@@ -254,7 +258,14 @@ impl TileOut<'_> {
         }
         // SAFETY: matmul_i8 checked that rows x cols of `y` from this tile's origin exist,
         // and no other thread writes these columns.
-        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), self.y.add(r * self.ldy), e.cols) };
+        unsafe {
+            let y = self.y.add(r * self.ldy);
+            if e.cols == NR {
+                (y as *mut [f32; NR]).write_unaligned(row);
+            } else {
+                std::ptr::copy_nonoverlapping(row.as_ptr(), y, e.cols);
+            }
+        }
     }
 }
 
@@ -297,7 +308,14 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, y: *m
                 e.bias[..cols].copy_from_slice(&b[p * NR..p * NR + cols]);
             }
             let panel = w.panel(p);
+            let next = if p + 1 < p1 { Some(w.panel(p + 1)) } else { None };
             for g in 0..groups {
+                // Few rows make the product bound by streaming the weights: fetch the next
+                // panel while this one is multiplied, a share per row group.
+                if let Some(next) = next.filter(|_| groups > 1) {
+                    let lines = next.len() / 64;
+                    prefetch_lines(next, g * lines / groups, (g + 1) * lines / groups);
+                }
                 let t = TileOut {
                     // SAFETY: row g*MR < m and column p*NR < n: inside y.
                     y: unsafe { out.0.add(g * MR * n + p * NR) },
@@ -338,6 +356,16 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, y: *m
         });
     } else {
         run(0, panels);
+    }
+}
+
+/// Hints the cache lines `[l0, l1)` of `data` into L2 (a no-op off x86).
+#[inline(always)]
+fn prefetch_lines(data: &[u8], l0: usize, l1: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for l in l0..l1.min(data.len().div_ceil(64)) {
+        // SAFETY: prefetching is a hint; the address is inside `data`.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(data.as_ptr().add(l * 64) as *const i8) };
     }
 }
 

@@ -1,11 +1,13 @@
 //! A Linear layer's weight in the form its compute type multiplies: float32, int8 or int16,
 //! packed once at load.
+use super::int16::{matmul_i16, PackedI16Matrix};
 use super::int8::{matmul_i8, PackedI8Matrix};
 use super::packed::{matmul_packed, PackedMatrix};
 
 pub enum PackedWeight {
     Float32(PackedMatrix),
     Int8(PackedI8Matrix),
+    Int16(PackedI16Matrix),
 }
 
 impl PackedWeight {
@@ -14,6 +16,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Float32(w) => w.rows(),
             PackedWeight::Int8(w) => w.rows(),
+            PackedWeight::Int16(w) => w.rows(),
         }
     }
 
@@ -22,6 +25,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Float32(w) => w.cols(),
             PackedWeight::Int8(w) => w.cols(),
+            PackedWeight::Int16(w) => w.cols(),
         }
     }
 
@@ -30,6 +34,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Float32(w) => w.copy_row(i, out),
             PackedWeight::Int8(w) => w.copy_row(i, out),
+            PackedWeight::Int16(w) => w.copy_row(i, out),
         }
     }
 
@@ -38,6 +43,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Float32(w) => matmul_packed(x, w, bias, y, m, threads),
             PackedWeight::Int8(w) => matmul_i8(x, w, bias, y, m, threads),
+            PackedWeight::Int16(w) => matmul_i16(x, w, bias, y, m, threads),
         }
     }
 }
