@@ -326,6 +326,65 @@ static void test_lifetimes(void) {
     tolk_result_free(b);
 }
 
+/* Models loaded for a compute type: NULL options and "default" keep the saved type, the
+ * quantized types translate, bad names and struct sizes fail cleanly, and a translator
+ * asking for the model's type shares its weights (same output as the default). */
+static void test_model_options(void) {
+    TolkModel *model = NULL;
+    CHECK_STATUS(tolk_model_load_with_options(MODEL_DIR, NULL, &model), TOLK_OK);
+    CHECK(model && strcmp(tolk_model_compute_type(model), "float32") == 0);
+    tolk_model_free(model);
+    CHECK(tolk_model_compute_type(NULL) == NULL);
+
+    static const char *const TYPES[][2] = {
+        {"default", "float32"}, {"float32", "float32"}, {"int8", "int8_float32"},
+        {"int8_float32", "int8_float32"}, {"int16", "int16"},
+    };
+    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
+        TolkModelOptions mo = tolk_model_options_default();
+        mo.compute_type = TYPES[t][0];
+        model = NULL;
+        CHECK_STATUS(tolk_model_load_with_options(MODEL_DIR, &mo, &model), TOLK_OK);
+        if (!model) continue;
+        CHECK(strcmp(tolk_model_compute_type(model), TYPES[t][1]) == 0);
+        TolkTranslatorOptions to = tolk_translator_options_default();
+        to.compute_type = TYPES[t][0];
+        TolkTranslator *same = NULL, *dflt = NULL;
+        CHECK_STATUS(tolk_translator_new(model, &to, &same), TOLK_OK);
+        CHECK_STATUS(tolk_translator_new(model, NULL, &dflt), TOLK_OK);
+        TolkTranslateOptions opts = tolk_translate_options_default();
+        opts.return_scores = true;
+        TolkResult *a = NULL, *b = NULL;
+        CHECK_STATUS(tolk_translate_batch(same, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &a), TOLK_OK);
+        CHECK_STATUS(tolk_translate_batch(dflt, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &b), TOLK_OK);
+        for (size_t i = 0; a && b && i < BATCH_SIZE; i++) {
+            char x[4096], y[4096];
+            describe(a, i, 0, x, sizeof x);
+            describe(b, i, 0, y, sizeof y);
+            CHECK(strcmp(x, y) == 0);
+        }
+        tolk_result_free(a);
+        tolk_result_free(b);
+        tolk_translator_free(same);
+        tolk_translator_free(dflt);
+        tolk_model_free(model);
+    }
+
+    TolkModelOptions bad = tolk_model_options_default();
+    bad.compute_type = "int4";
+    model = (TolkModel *)&bad; /* must be reset to NULL on failure */
+    CHECK_STATUS(tolk_model_load_with_options(MODEL_DIR, &bad, &model), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(model == NULL);
+    CHECK(strstr(tolk_last_error(), "int4") != NULL);
+    bad.compute_type = "float16"; /* refused on CPU, as by CTranslate2 */
+    CHECK_STATUS(tolk_model_load_with_options(MODEL_DIR, &bad, &model), TOLK_ERROR_UNSUPPORTED);
+    bad = tolk_model_options_default();
+    bad.struct_size = 1;
+    CHECK_STATUS(tolk_model_load_with_options(MODEL_DIR, &bad, &model), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(tolk_model_load_with_options(NULL, NULL, &model), TOLK_ERROR_NULL_POINTER);
+    CHECK_STATUS(tolk_model_load_with_options(MODEL_DIR, NULL, NULL), TOLK_ERROR_NULL_POINTER);
+}
+
 #ifndef THREADS /* -DTHREADS=16 -DROUNDS=50 for a stress run */
 #define THREADS 4
 #endif
@@ -417,6 +476,7 @@ int main(int argc, char **argv) {
     test_struct_size_versioning(model);
     tolk_model_free(model);
     test_lifetimes();
+    test_model_options();
     test_threads(1);
     test_threads(3);
     return finish("api_test");

@@ -161,19 +161,47 @@ fn very_long_inputs_are_truncated_and_unknown_tokens_map_to_unk() {
 #[test]
 fn every_cpu_kernel_path_translates_the_same() {
     use tolk::backend::cpu::isa;
+    use tolk::ComputeType;
     let dir = write_model_dir(&temp_dir("isa"), &tiny_model_bin(9, VOCAB), &tiny_vocabulary(VOCAB));
-    let model = load(&dir).unwrap();
-    let t = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
     let source: Vec<Vec<String>> = (0..6).map(|i| (0..3 + i).map(|j| format!("w{}", 3 + (i * 7 + j * 3) % 9)).collect()).collect();
     let opts = TranslateOptions { beam_size: 2, num_hypotheses: 2, return_scores: true, max_decoding_length: 12, ..Default::default() };
-    let reference = isa::with_isa(isa::Isa::Scalar, || t.translate_batch(&source, None, &opts).unwrap());
-    for path in isa::available() {
-        let out = isa::with_isa(path, || t.translate_batch(&source, None, &opts).unwrap());
-        for (a, b) in out.iter().zip(&reference) {
-            assert_eq!(a.hypotheses, b.hypotheses, "{path:?} differs from the scalar reference");
-            for (x, y) in a.scores.iter().zip(&b.scores) {
-                assert!((x - y).abs() < 1e-4, "{path:?}: score {x} vs {y}");
+    // Integer products are exact and every float operation is written in one order, so
+    // each compute type gives the same translations on every ISA level.
+    for compute_type in [ComputeType::Float32, ComputeType::Int8, ComputeType::Int16] {
+        let model = tolk::Model::load_with(&dir, compute_type).unwrap();
+        assert_eq!(model.compute_type(), compute_type);
+        let t = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+        let reference = isa::with_isa(isa::Isa::Scalar, || t.translate_batch(&source, None, &opts).unwrap());
+        for path in isa::available() {
+            let out = isa::with_isa(path, || t.translate_batch(&source, None, &opts).unwrap());
+            for (a, b) in out.iter().zip(&reference) {
+                assert_eq!(a.hypotheses, b.hypotheses, "{compute_type:?} {path:?} differs from the scalar reference");
+                for (x, y) in a.scores.iter().zip(&b.scores) {
+                    assert!((x - y).abs() < 1e-4, "{compute_type:?} {path:?}: score {x} vs {y}");
+                }
             }
         }
     }
+}
+
+#[test]
+fn compute_types_resolve_like_ctranslate2() {
+    use tolk::ComputeType;
+    let dir = write_model_dir(&temp_dir("ct"), &tiny_model_bin(4, VOCAB), &tiny_vocabulary(VOCAB));
+    // The tiny model is saved in float32: "default" keeps it, "auto" quantizes to int8.
+    assert_eq!(tolk::Model::load(&dir).unwrap().compute_type(), ComputeType::Float32);
+    let auto = if tolk::backend::cpu::isa::current() == tolk::backend::cpu::isa::Isa::Scalar { ComputeType::Float32 } else { ComputeType::Int8 };
+    assert_eq!(tolk::Model::load_with(&dir, ComputeType::Auto).unwrap().compute_type(), auto);
+    assert_eq!(ComputeType::parse("int8_float32").unwrap(), ComputeType::Int8);
+    assert_eq!(ComputeType::parse("float16").unwrap_err().kind, ErrorKind::Unsupported);
+    assert_eq!(ComputeType::parse("int4").unwrap_err().kind, ErrorKind::InvalidArgument);
+    // A translator asking for another type than the model's gets converted weights.
+    let model = tolk::Model::load(&dir).unwrap();
+    let config = TranslatorConfig { compute_type: ComputeType::Int16, ..Default::default() };
+    let t16 = Translator::with_config(&model, &config).unwrap();
+    let m16 = tolk::Model::load_with(&dir, ComputeType::Int16).unwrap();
+    let t16b = Translator::with_config(&m16, &TranslatorConfig::default()).unwrap();
+    let src = vec![vec!["w3".to_string(), "w5".to_string()]];
+    let opts = TranslateOptions { max_decoding_length: 6, return_scores: true, ..Default::default() };
+    assert_eq!(t16.translate_batch(&src, None, &opts).unwrap(), t16b.translate_batch(&src, None, &opts).unwrap());
 }

@@ -185,6 +185,7 @@ def _declare(lib):
 
     fn("tolk_version", ctypes.c_char_p)
     fn("tolk_abi_version", ctypes.c_uint32)
+    fn("tolk_cpu_isa", ctypes.c_char_p)
     fn("tolk_last_error", ctypes.c_char_p)
     fn("tolk_status_string", ctypes.c_char_p, _Status)
 
@@ -268,6 +269,11 @@ def version() -> str:
 
 def abi_version() -> int:
     return int(_get_lib().tolk_abi_version())
+
+
+def cpu_isa() -> str:
+    """The CPU kernel path in use ("scalar", "avx2", "avxvnni", "avx512bw", "avx512vnni")."""
+    return _get_lib().tolk_cpu_isa().decode("ascii")
 
 
 def status_string(status: int) -> str:

@@ -223,10 +223,26 @@ def test_raw_defaults_and_result_accessors(tolk, sinusoid):
 # --------------------------------------------------------------- translator options
 
 
-@pytest.mark.parametrize("compute_type", ["default", "auto", "float32"])
+@pytest.mark.parametrize("compute_type", ["default", "auto", "float32", "float", "int8", "int8_float32", "int16"])
 def test_compute_types_accepted(tolk, sinusoid, compute_type):
     with tolk.Model(sinusoid.path) as model, tolk.Translator(model, compute_type=compute_type) as tr:
         assert len(tr.translate_batch([["w1"]])) == 1
+    # Loading the model for the type gives the same translations without a second copy.
+    with tolk.Model(sinusoid.path, compute_type=compute_type) as model, tolk.Translator(model) as tr:
+        expected = {"default": "float32", "auto": "int8_float32", "float32": "float32", "float": "float32",
+                    "int8": "int8_float32", "int8_float32": "int8_float32", "int16": "int16"}[compute_type]
+        if tolk.cpu_isa() == "scalar" and compute_type == "auto":
+            expected = "float32"
+        assert model.compute_type == expected
+        assert len(tr.translate_batch([["w1"]])) == 1
+
+
+@pytest.mark.parametrize("compute_type", ["float16", "bfloat16", "int8_float16", "int8_bfloat16"])
+def test_half_compute_types_unsupported_on_cpu(tolk, sinusoid, compute_type):
+    # CTranslate2 refuses them on CPU as well.
+    with pytest.raises(tolk.TolkError) as ei:
+        tolk.Model(sinusoid.path, compute_type=compute_type)
+    assert ei.value.status == tolk.Status.ERROR_UNSUPPORTED
 
 
 @pytest.mark.parametrize("compute_type", ["bogus", "", "float64"])
