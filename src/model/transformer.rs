@@ -173,7 +173,7 @@ impl Encoder {
             for t in 0..len {
                 let q = &seq[t * 3 * d..t * 3 * d + d];
                 let out = &mut scratch.context[(off + t) * d..(off + t + 1) * d];
-                attend_row(q, keys, values, len, heads, head_dim, scale, &mut scratch.scores, out);
+                attend_row(q, keys, values, len, heads, head_dim, scale, false, &mut scratch.scores, out);
             }
         }
         scratch.hidden = qkv;
@@ -422,6 +422,7 @@ impl Decoder {
                 heads,
                 head_dim,
                 scale,
+                true,
                 &mut scratch.scores,
                 &mut scratch.context[r * d..(r + 1) * d],
             );
@@ -464,6 +465,7 @@ impl Decoder {
                 heads,
                 head_dim,
                 scale,
+                true,
                 &mut scratch.scores,
                 &mut scratch.context[r * d..(r + 1) * d],
             );

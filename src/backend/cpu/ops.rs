@@ -50,17 +50,70 @@ pub fn erf(x: f32) -> f32 {
     unsafe { erff(x) }
 }
 
-/// Layer normalization of each row of `x` (width `gamma.len()`), in place.
+/// Layer normalization of each row of `x` (width `gamma.len()`), in place, with the exact
+/// arithmetic of CTranslate2's AVX2 `layer_norm` kernel (as GCC compiled it with fast-math):
+/// sums and sums of squares in 8 lanes (multiply then add), the lanes folded 4 + 4 then
+/// pairwise, `variance = fma(sum_sq, 1/d, -mean²)`, `y = fma(x - mean, rstd * gamma, beta)`.
 pub fn layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], epsilon: f32) {
+    dispatch_isa!(layer_norm_generic(x: &mut [f32], gamma: &[f32], beta: &[f32], epsilon: f32) -> ())
+}
+
+#[inline(always)]
+fn layer_norm_generic(x: &mut [f32], gamma: &[f32], beta: &[f32], epsilon: f32) {
     let d = gamma.len();
+    let inv_d = 1.0 / d as f32;
     for row in x.chunks_exact_mut(d) {
-        let mean = row.iter().sum::<f32>() / d as f32;
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-        let rstd = 1.0 / (var + epsilon).sqrt();
+        let (sum, sum_sq) = layer_norm_sums(row);
+        let mean = sum * inv_d;
+        let variance = sum_sq.mul_add(inv_d, -(mean * mean)).max(0.0);
+        let rstd = 1.0 / (variance + epsilon).sqrt();
         for ((v, g), b) in row.iter_mut().zip(gamma).zip(beta) {
-            *v = (*v - mean) * rstd * g + b;
+            *v = (*v - mean).mul_add(rstd * g, *b);
         }
     }
+}
+
+/// `(sum(x), sum(x²))` in the order of CTranslate2's vectorized AVX2 loop: 8 lanes over the
+/// full chunks (products rounded before the add), folded to 4 lanes (`lo + hi`), 4 more
+/// elements (with FMA) if at least 4 remain, folded `(l0 + l2) + (l1 + l3)`, then the last
+/// elements one by one (with FMA). Rows shorter than 8 start from the 4-lane step.
+#[inline(always)]
+fn layer_norm_sums(row: &[f32]) -> (f32, f32) {
+    let d = row.len();
+    let mut s4 = [0.0f32; 4];
+    let mut q4 = [0.0f32; 4];
+    let mut i = 0;
+    if d >= 8 {
+        let mut s8 = [0.0f32; 8];
+        let mut q8 = [0.0f32; 8];
+        let chunks = row.chunks_exact(8);
+        for c in chunks {
+            for l in 0..8 {
+                s8[l] += c[l];
+                q8[l] += c[l] * c[l];
+            }
+        }
+        i = d / 8 * 8;
+        for l in 0..4 {
+            s4[l] = s8[l + 4] + s8[l];
+            q4[l] = q8[l + 4] + q8[l];
+        }
+    }
+    if d - i >= 4 {
+        for l in 0..4 {
+            let v = row[i + l];
+            s4[l] += v;
+            q4[l] = v.mul_add(v, q4[l]);
+        }
+        i += 4;
+    }
+    let mut sum = (s4[2] + s4[0]) + (s4[3] + s4[1]);
+    let mut sum_sq = (q4[2] + q4[0]) + (q4[3] + q4[1]);
+    for &v in &row[i..] {
+        sum += v;
+        sum_sq = v.mul_add(v, sum_sq);
+    }
+    (sum, sum_sq)
 }
 
 /// Root-mean-square normalization of each row (a layer norm without a bias), in place.
@@ -87,19 +140,54 @@ pub fn add_assign(dst: &mut [f32], src: &[f32]) {
     dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
 }
 
-/// Softmax of one row, in place.
+/// Softmax of one row, in place, with the arithmetic of CTranslate2's AVX2 `softmax`
+/// kernel: the polynomial exp of `x - max` for every element, summed as `reduce_sum` does,
+/// then scaled by `1 / sum`.
 pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
+    dispatch_isa!(softmax_generic(x: &mut [f32]) -> ())
+}
+
+#[inline(always)]
+fn softmax_generic(x: &mut [f32]) {
+    if x.is_empty() {
+        return;
     }
+    let max = max_generic(x);
+    for v in x.iter_mut() {
+        let (y, pow2n) = exp_parts(*v - max);
+        *v = y * pow2n;
+    }
+    let sum = reduce_sum_generic(x);
     let inv = 1.0 / sum;
     x.iter_mut().for_each(|v| *v *= inv);
 }
 
-/// `max(x) + ln(sum(exp(x - max)))`: what log-softmax subtracts from every element.
+/// CTranslate2's `reduce_sum` over AVX2 vectors: sequential for 8 elements or fewer, else
+/// 8 lanes over the full chunks, folded as `reduce_m256` does, plus the tail one by one.
+#[inline(always)]
+fn reduce_sum_generic(x: &[f32]) -> f32 {
+    if x.len() <= 8 {
+        return x.iter().fold(0.0, |s, &v| s + v);
+    }
+    let mut acc = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for l in 0..8 {
+            acc[l] += c[l];
+        }
+    }
+    rest.iter().fold(fold8(&acc), |s, &v| s + v)
+}
+
+/// `reduce_m256`: swap the 128-bit halves and add, then 64-bit pairs, then neighbours.
+#[inline(always)]
+fn fold8(v: &[f32; 8]) -> f32 {
+    ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]))
+}
+
+/// `max(x) + ln(sum(exp(x - max)))`: what log-softmax subtracts from every element, with
+/// CTranslate2's arithmetic (`x + (-max - ln(sum))` is the same number as `x - this`).
 pub fn log_sum_exp(x: &[f32]) -> f32 {
     let max = max_value(x);
     if !max.is_finite() {
@@ -132,41 +220,64 @@ fn max_generic(x: &[f32]) -> f32 {
     rest.iter().chain(acc.iter()).fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
-/// `sum(exp(x - shift))`, with a polynomial exp the compiler vectorizes (the libm call
-/// per element cost as much as a decoder layer over a 65k vocabulary).
+/// `sum(exp(x - shift))` as CTranslate2's log-softmax computes it: for more than 8
+/// elements, 8 lanes of the polynomial exp whose final `y * 2^n` is fused into the
+/// accumulation (GCC contracted it into an FMA), folded as `reduce_m256`, then the tail with
+/// the C library's `expf`; 8 elements or fewer all with `expf`.
 fn sum_exp_shifted(x: &[f32], shift: f32) -> f32 {
     dispatch_isa!(sum_exp_generic(x: &[f32], shift: f32) -> f32)
 }
 
 #[inline(always)]
 fn sum_exp_generic(x: &[f32], shift: f32) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let chunks = x.chunks_exact(16);
+    if x.len() <= 8 {
+        return x.iter().fold(0.0, |s, &v| s + (v - shift).exp());
+    }
+    let mut acc = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
     let rest = chunks.remainder();
     for c in chunks {
-        for l in 0..16 {
-            acc[l] += exp_approx(c[l] - shift);
+        for l in 0..8 {
+            let (y, pow2n) = exp_parts(c[l] - shift);
+            acc[l] = y.mul_add(pow2n, acc[l]);
         }
     }
-    let tail: f32 = rest.iter().map(|&v| exp_approx(v - shift)).sum();
-    acc.iter().sum::<f32>() + tail
+    rest.iter().fold(fold8(&acc), |s, &v| s + (v - shift).exp())
 }
 
-/// `exp(x)` for x <= 0 within 2 ulp: range reduction by ln 2 and a degree-6 polynomial
-/// (Cephes' expf coefficients); inputs below -87 give 0.
+const EXP_HI: f32 = 88.376_26;
+const EXP_LO: f32 = -88.376_26;
+const LOG2EF: f32 = 1.442_695;
+const EXP_C1: f32 = 0.693_359_4;
+const EXP_C2: f32 = -2.121_944_4e-4;
+const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+
+/// `exp(x)` as `(y, 2^n)` with `exp(x) = y * 2^n`: Cephes' `exp256_ps` (avx_mathfun.h) as
+/// CTranslate2 4.8's AVX2 kernels run it, i.e. with the multiply-adds GCC contracted into
+/// FMAs (`fx = fma(x, log2e, 0.5)`, `x -= fx * C1` and `x -= fx * C2` fused, the Horner steps
+/// fused, `y = fma(y, x², x) + 1`). Inputs are clamped to ±88.376; below about -87.3
+/// `2^n` is 0 and so is the result.
+#[inline(always)]
+fn exp_parts(x: f32) -> (f32, f32) {
+    let x = x.min(EXP_HI).max(EXP_LO);
+    let fx = x.mul_add(LOG2EF, 0.5).floor();
+    let x = (-fx).mul_add(EXP_C1, x);
+    let x = (-fx).mul_add(EXP_C2, x);
+    let z = x * x;
+    let mut y = x.mul_add(EXP_P[0], EXP_P[1]);
+    y = y.mul_add(x, EXP_P[2]);
+    y = y.mul_add(x, EXP_P[3]);
+    y = y.mul_add(x, EXP_P[4]);
+    y = y.mul_add(x, EXP_P[5]);
+    y = y.mul_add(z, x) + 1.0;
+    (y, f32::from_bits(((fx as i32 + 127) as u32) << 23))
+}
+
+/// `exp(x)` with CTranslate2's vectorized polynomial (see `exp_parts`).
 #[inline(always)]
 pub fn exp_approx(x: f32) -> f32 {
-    let x = x.max(-87.0);
-    let n = (x * std::f32::consts::LOG2_E).round();
-    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
-    let p = 1.987_569_1e-4;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 5.000_000_1e-1;
-    let e = p * r * r + r + 1.0;
-    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    let (y, pow2n) = exp_parts(x);
+    y * pow2n
 }
 
 /// Index and value of the largest element (the first one on ties).
