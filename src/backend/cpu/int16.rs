@@ -11,7 +11,7 @@
 //! `[k/2][32][2]` i16, the operand layout of `vpmaddwd` / `vpdpwssd` (two s16 x s16 products
 //! summed per 32-bit lane); activation rows are interleaved by 8 as `[k/2][8]` 32-bit pairs
 //! so that one broadcast feeds a whole panel row. With CT2's weights (|q| <= 1024) a sum is
-//! exact while `Σ|x| < 2097` over its row (|acc| <= 1024 · 1000 · Σ|x| < 2^31), as in CT2;
+//! exact while `Σ|x| < 2097` over its row (|acc| <= 1024 · 1000 · Σ|x| < 2^31), CT2/MKL's limit too;
 //! beyond that every path wraps modulo 2^32 alike, so all ISAs stay bit-identical.
 use super::isa::{self, Isa};
 

@@ -282,6 +282,23 @@ pub fn exp_approx(x: f32) -> f32 {
 
 /// Index and value of the largest element (the first one on ties).
 pub fn argmax(x: &[f32]) -> (usize, f32) {
+    // Two vectorized passes (the maximum, then the chunk holding its first occurrence)
+    // instead of one branchy scan: decoding takes the arg-max of 65k logits per row.
+    let best = max_value(x);
+    if best == f32::NEG_INFINITY || best.is_nan() {
+        return argmax_scalar(x);
+    }
+    for (c, chunk) in x.chunks(64).enumerate() {
+        if chunk.iter().fold(false, |found, &v| found | (v == best)) {
+            let i = chunk.iter().position(|&v| v == best).unwrap_or(0);
+            return (c * 64 + i, best);
+        }
+    }
+    argmax_scalar(x)
+}
+
+/// The first index of the largest element, NaNs ignored; `(0, -inf)` when there is none.
+fn argmax_scalar(x: &[f32]) -> (usize, f32) {
     let mut best = (0, f32::NEG_INFINITY);
     for (i, &v) in x.iter().enumerate() {
         if v > best.1 {
@@ -294,6 +311,22 @@ pub fn argmax(x: &[f32]) -> (usize, f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn argmax_takes_the_first_maximum() {
+        let mut x = vec![0.5f32; 1000];
+        x[700] = 3.0;
+        x[900] = 3.0;
+        x[10] = f32::NAN;
+        assert_eq!(argmax(&x), (700, 3.0));
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 3]), (0, f32::NEG_INFINITY));
+        assert_eq!(argmax(&[]), (0, f32::NEG_INFINITY));
+        assert_eq!(argmax(&[f32::NEG_INFINITY, -1.0]), (1, -1.0));
+        for n in [1, 63, 64, 65, 200] {
+            let v: Vec<f32> = (0..n).map(|i| ((i * 37) % 101) as f32).collect();
+            assert_eq!(argmax(&v), argmax_scalar(&v), "n={n}");
+        }
+    }
 
     #[test]
     fn softmax_and_log_softmax_agree() {
