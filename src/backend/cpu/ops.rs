@@ -234,7 +234,22 @@ fn sum_exp_generic(x: &[f32], shift: f32) -> f32 {
         return x.iter().fold(0.0, |s, &v| s + (v - shift).exp());
     }
     let mut acc = [0.0f32; 8];
-    let chunks = x.chunks_exact(8);
+    // The exponentials of 32 elements are computed side by side (full-width vectors),
+    // then accumulated 8 lanes at a time in CTranslate2's order.
+    let blocks = x.chunks_exact(32);
+    let rest = blocks.remainder();
+    for b in blocks {
+        let (mut y, mut pow2n) = ([0.0f32; 32], [0.0f32; 32]);
+        for i in 0..32 {
+            (y[i], pow2n[i]) = exp_parts(b[i] - shift);
+        }
+        for g in 0..4 {
+            for l in 0..8 {
+                acc[l] = y[g * 8 + l].mul_add(pow2n[g * 8 + l], acc[l]);
+            }
+        }
+    }
+    let chunks = rest.chunks_exact(8);
     let rest = chunks.remainder();
     for c in chunks {
         for l in 0..8 {
@@ -270,7 +285,10 @@ fn exp_parts(x: f32) -> (f32, f32) {
     y = y.mul_add(x, EXP_P[4]);
     y = y.mul_add(x, EXP_P[5]);
     y = y.mul_add(z, x) + 1.0;
-    (y, f32::from_bits(((fx as i32 + 127) as u32) << 23))
+    // fx is an integer in [-127, 128]: adding 1.5 * 2^23 puts it in the low mantissa bits
+    // (a conversion that vectorizes, unlike the saturating `as i32`).
+    let n = (fx + 12_582_912.0).to_bits() as i32 - 0x4B40_0000;
+    (y, f32::from_bits(((n + 127) as u32) << 23))
 }
 
 /// `exp(x)` with CTranslate2's vectorized polynomial (see `exp_parts`).
