@@ -295,49 +295,54 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, y: *m
     let panels = n.div_ceil(NR);
     let groups = m.div_ceil(MR);
     let out = OutPtr(y);
+    // Panels are taken in blocks of about 512 KiB that stay in L2 while every row group
+    // multiplies them: each group then writes long contiguous runs of its output rows
+    // (with one panel at a time, a 65k-wide output is written 128 bytes per row and page).
+    let block = (512 * 1024 / (a.kp * NR)).max(1);
     let run = |p0: usize, p1: usize| {
         let out = out;
-        for p in p0..p1 {
-            let cols = NR.min(n - p * NR);
-            let mut e = PanelEpilogue { w_scales: [1.0; NR], compensation: [0; NR], bias: [0.0; NR], cols };
-            e.w_scales[..cols].copy_from_slice(&w.scales[p * NR..p * NR + cols]);
-            if shifted {
-                e.compensation.copy_from_slice(&w.compensation[p * NR..(p + 1) * NR]);
-            }
-            if let Some(b) = bias {
-                e.bias[..cols].copy_from_slice(&b[p * NR..p * NR + cols]);
-            }
-            let panel = w.panel(p);
-            let next = if p + 1 < p1 { Some(w.panel(p + 1)) } else { None };
-            for g in 0..groups {
-                // Few rows make the product bound by streaming the weights: fetch the next
-                // panel while this one is multiplied, a share per row group.
-                if let Some(next) = next.filter(|_| groups > 1) {
-                    let lines = next.len() / 64;
-                    prefetch_lines(next, g * lines / groups, (g + 1) * lines / groups);
+        let mut epilogues: Vec<PanelEpilogue> = Vec::with_capacity(block);
+        for b0 in (p0..p1).step_by(block) {
+            let b1 = (b0 + block).min(p1);
+            epilogues.clear();
+            epilogues.extend((b0..b1).map(|p| {
+                let cols = NR.min(n - p * NR);
+                let mut e = PanelEpilogue { w_scales: [1.0; NR], compensation: [0; NR], bias: [0.0; NR], cols };
+                e.w_scales[..cols].copy_from_slice(&w.scales[p * NR..p * NR + cols]);
+                if shifted {
+                    e.compensation.copy_from_slice(&w.compensation[p * NR..(p + 1) * NR]);
                 }
-                let t = TileOut {
-                    // SAFETY: row g*MR < m and column p*NR < n: inside y.
-                    y: unsafe { out.0.add(g * MR * n + p * NR) },
-                    ldy: n,
-                    rows: MR.min(m - g * MR),
-                    inv_x: &a.inv_scales[g * MR..(g + 1) * MR],
-                    e: &e,
-                };
+                if let Some(b) = bias {
+                    e.bias[..cols].copy_from_slice(&b[p * NR..p * NR + cols]);
+                }
+                e
+            }));
+            for g in 0..groups {
                 let ag = a.group(g);
-                // SAFETY: `isa` never exceeds what the CPU supports (see isa::current); the
-                // kernels read `kp/4` groups of the panel and of the row group, both that long.
-                unsafe {
-                    match isa {
-                        #[cfg(target_arch = "x86_64")]
-                        Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, &t),
-                        #[cfg(target_arch = "x86_64")]
-                        Isa::Avx512Bw => x86::tile_avx512_bw(ag, panel, a.kp, &t),
-                        #[cfg(target_arch = "x86_64")]
-                        Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, &t),
-                        #[cfg(target_arch = "x86_64")]
-                        Isa::Avx2 => x86::tile_avx2(ag, panel, a.kp, &t),
-                        _ => tile_scalar(ag, panel, a.kp, shifted, &t),
+                for (p, e) in (b0..b1).zip(&epilogues) {
+                    let panel = w.panel(p);
+                    let t = TileOut {
+                        // SAFETY: row g*MR < m and column p*NR < n: inside y.
+                        y: unsafe { out.0.add(g * MR * n + p * NR) },
+                        ldy: n,
+                        rows: MR.min(m - g * MR),
+                        inv_x: &a.inv_scales[g * MR..(g + 1) * MR],
+                        e,
+                    };
+                    // SAFETY: `isa` never exceeds what the CPU supports (see isa::current);
+                    // the kernels read `kp/4` groups of the panel and of the row group.
+                    unsafe {
+                        match isa {
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, &t),
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::Avx512Bw => x86::tile_avx512_bw(ag, panel, a.kp, &t),
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, &t),
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::Avx2 => x86::tile_avx2(ag, panel, a.kp, &t),
+                            _ => tile_scalar(ag, panel, a.kp, shifted, &t),
+                        }
                     }
                 }
             }
@@ -356,16 +361,6 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, y: *m
         });
     } else {
         run(0, panels);
-    }
-}
-
-/// Hints the cache lines `[l0, l1)` of `data` into L2 (a no-op off x86).
-#[inline(always)]
-fn prefetch_lines(data: &[u8], l0: usize, l1: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for l in l0..l1.min(data.len().div_ceil(64)) {
-        // SAFETY: prefetching is a hint; the address is inside `data`.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(data.as_ptr().add(l * 64) as *const i8) };
     }
 }
 
