@@ -3,15 +3,16 @@
 //! Decoding multiplies a few rows by large weights (the output projection is 65k x 512),
 //! so the weight stream dominates: packing it per call (as general GEMM libraries do)
 //! costs more than the product. Here `W [n, k]` is stored as panels of `NR = 32` output
-//! columns, each `[k][32]` contiguous (zero-padded at the tail), and a register-tiled
-//! kernel reads every panel exactly once per row block. The kernel is chosen at run time:
-//! AVX-512F, AVX2+FMA, or a portable scalar reference.
+//! columns, each `[k][32]` contiguous (zero-padded at the tail), and register-tiled
+//! kernels walk them: AVX-512F takes blocks of panels that stay in L2 while every group of
+//! 8 rows multiplies them, AVX2+FMA blocks of rows per panel; a portable scalar reference
+//! checks both. The kernel is chosen at run time.
 use super::isa::{self, FloatLevel};
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
-/// Rows of `x` processed while one panel is hot in cache: as many as keep the
-/// interleaved block of `x` within about 512 KiB of L2 (a multiple of 8, at least 8).
+/// Rows of `x` processed while one panel is hot in cache (AVX2 and scalar paths): as many
+/// as keep them within about 512 KiB of L2 (a multiple of 8, at least 8).
 fn row_block(k: usize) -> usize {
     ((128 * 1024 / k.max(1)) / 8 * 8).clamp(8, 512)
 }
@@ -81,7 +82,29 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
     // padded), so the broadcasts in the kernel walk memory sequentially.
     let x_interleaved = if level == FloatLevel::Avx512 { interleave_rows(x, m, k) } else { Vec::new() };
     let block = row_block(k);
+    // AVX-512 takes the panels in blocks of about 512 KiB that stay in L2 while every group
+    // of 8 rows multiplies them (long contiguous output runs per row, no partial sums).
+    let panel_block = (512 * 1024 / (4 * k * NR).max(1)).max(1);
     let run = |p0: usize, p1: usize| {
+        #[cfg(target_arch = "x86_64")]
+        if level == FloatLevel::Avx512 {
+            for b0 in (p0..p1).step_by(panel_block) {
+                let b1 = (b0 + panel_block).min(p1);
+                for g in 0..m.div_ceil(8) {
+                    let rows = 8.min(m - g * 8);
+                    for p in b0..b1 {
+                        let cols = NR.min(n - p * NR);
+                        let tile = Tile { x: &x_interleaved[g * 8 * k..], k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]) };
+                        // SAFETY: as below; the level is supported (see isa::current).
+                        unsafe {
+                            let y = std::slice::from_raw_parts_mut(out.get().add(g * 8 * n + p * NR), (rows - 1) * n + cols);
+                            x86::group_avx512(&tile, y, n, rows, cols)
+                        }
+                    }
+                }
+            }
+            return;
+        }
         for r0 in (0..m).step_by(block) {
             let rows = block.min(m - r0);
             for p in p0..p1 {
@@ -92,11 +115,6 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
                 let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0 * n + p * NR), (rows - 1) * n + cols) };
                 match level {
                     // SAFETY: `level` never exceeds what the CPU supports (see isa::current).
-                    #[cfg(target_arch = "x86_64")]
-                    FloatLevel::Avx512 => unsafe {
-                        let xi = &x_interleaved[r0 * k..];
-                        x86::panel_avx512(&tile, xi, y, n, rows, cols)
-                    },
                     #[cfg(target_arch = "x86_64")]
                     FloatLevel::Avx2 => unsafe { x86::panel_avx2(&tile, y, n, rows, cols) },
                     _ => panel_scalar(&tile, y, n, rows, cols),
@@ -184,53 +202,29 @@ mod x86 {
         }
     }
 
-    /// AVX-512: tiles of 8 rows x 32 columns (2 zmm per row) over rows interleaved by
-    /// `interleave_rows` (`xi` starts at the row block; blocks are multiples of 8 rows).
+    /// AVX-512: one group of 8 interleaved rows (`t.x`, `[k][8]`) x one panel over the whole
+    /// of k, accumulators in registers.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn panel_avx512(t: &Tile, xi: &[f32], y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
-        // The panel is walked in slices of K_BLOCK (16 KiB) that stay in L1 while every
-        // row group uses them; partial sums wait in `partial` between slices.
-        const K_BLOCK: usize = 128;
-        let k = t.k;
-        let w = t.panel.as_ptr();
-        let groups = rows.div_ceil(8);
-        let mut partial = vec![_mm512_setzero_ps(); groups * 16];
-        for k0 in (0..k).step_by(K_BLOCK) {
-            let k1 = (k0 + K_BLOCK).min(k);
-            for g in 0..groups {
-                let x = xi.as_ptr().add(g * k * 8);
-                let saved = &mut partial[g * 16..(g + 1) * 16];
-                let mut acc0 = [_mm512_setzero_ps(); 8];
-                let mut acc1 = [_mm512_setzero_ps(); 8];
-                for r in 0..8 {
-                    acc0[r] = saved[r];
-                    acc1[r] = saved[8 + r];
-                }
-                for kk in k0..k1 {
-                    // Stream the panel ahead of use: decoding is bound by reading the weights.
-                    _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR + 16) as *const i8);
-                    let w0 = _mm512_loadu_ps(w.add(kk * NR));
-                    let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
-                    for r in 0..8 {
-                        let xv = _mm512_set1_ps(*x.add(kk * 8 + r));
-                        acc0[r] = _mm512_fmadd_ps(xv, w0, acc0[r]);
-                        acc1[r] = _mm512_fmadd_ps(xv, w1, acc1[r]);
-                    }
-                }
-                for r in 0..8 {
-                    saved[r] = acc0[r];
-                    saved[8 + r] = acc1[r];
-                }
+    pub unsafe fn group_avx512(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
+        let (x, w) = (t.x.as_ptr(), t.panel.as_ptr());
+        let mut acc0 = [_mm512_setzero_ps(); 8];
+        let mut acc1 = [_mm512_setzero_ps(); 8];
+        for kk in 0..t.k {
+            _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR + 16) as *const i8);
+            let w0 = _mm512_loadu_ps(w.add(kk * NR));
+            let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
+            for r in 0..8 {
+                let xv = _mm512_set1_ps(*x.add(kk * 8 + r));
+                acc0[r] = _mm512_fmadd_ps(xv, w0, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(xv, w1, acc1[r]);
             }
         }
-        for g in 0..groups {
-            for r in 0..(rows - g * 8).min(8) {
-                let mut row = [0.0f32; NR];
-                _mm512_storeu_ps(row.as_mut_ptr(), partial[g * 16 + r]);
-                _mm512_storeu_ps(row.as_mut_ptr().add(16), partial[g * 16 + 8 + r]);
-                store_row(&row, t, &mut y[(g * 8 + r) * ldy..], cols);
-            }
+        for r in 0..rows {
+            let mut row = [0.0f32; NR];
+            _mm512_storeu_ps(row.as_mut_ptr(), acc0[r]);
+            _mm512_storeu_ps(row.as_mut_ptr().add(16), acc1[r]);
+            store_row(&row, t, &mut y[r * ldy..], cols);
         }
     }
 
