@@ -62,8 +62,12 @@ impl PackedMatrix {
     }
 
     fn panel(&self, p: usize) -> &[f32] {
-        let base = self.start + p * self.k * NR;
-        &self.data[base..base + self.k * NR]
+        self.panels(p, p + 1)
+    }
+
+    /// Panels `p0..p1`, contiguous.
+    fn panels(&self, p0: usize, p1: usize) -> &[f32] {
+        &self.data[self.start + p0 * self.k * NR..self.start + p1 * self.k * NR]
     }
 }
 
@@ -90,11 +94,30 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
         if level == FloatLevel::Avx512 {
             for b0 in (p0..p1).step_by(panel_block) {
                 let b1 = (b0 + panel_block).min(p1);
-                for g in 0..m.div_ceil(8) {
+                let groups = m.div_ceil(8);
+                // The first group streams the block from memory; the others fetch the next
+                // block into L2 meanwhile, each tile a share, so no group waits for memory.
+                let next = w.panels(b1, (b1 + panel_block).min(p1));
+                let tiles = (groups - 1) * (b1 - b0);
+                let share = |g: usize, p: usize| {
+                    if g == 0 {
+                        return &next[..0];
+                    }
+                    let t = (g - 1) * (b1 - b0) + (p - b0);
+                    let lines = next.len() / 16;
+                    &next[t * lines / tiles * 16..(t + 1) * lines / tiles * 16]
+                };
+                for g in 0..groups {
                     let rows = 8.min(m - g * 8);
                     for p in b0..b1 {
                         let cols = NR.min(n - p * NR);
-                        let tile = Tile { x: &x_interleaved[g * 8 * k..], k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]) };
+                        let tile = Tile {
+                            x: &x_interleaved[g * 8 * k..],
+                            k,
+                            panel: w.panel(p),
+                            bias: bias.map(|b| &b[p * NR..p * NR + cols]),
+                            prefetch: share(g, p),
+                        };
                         // SAFETY: as below; the level is supported (see isa::current).
                         unsafe {
                             let y = std::slice::from_raw_parts_mut(out.get().add(g * 8 * n + p * NR), (rows - 1) * n + cols);
@@ -109,7 +132,7 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
             let rows = block.min(m - r0);
             for p in p0..p1 {
                 let cols = NR.min(n - p * NR);
-                let tile = Tile { x: &x[r0 * k..], k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]) };
+                let tile = Tile { x: &x[r0 * k..], k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]), prefetch: &[] };
                 // SAFETY: each panel writes only its own columns of rows r0..r0+rows, all
                 // inside `y` (checked above), so concurrent panels never overlap.
                 let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0 * n + p * NR), (rows - 1) * n + cols) };
@@ -169,6 +192,8 @@ struct Tile<'a> {
     k: usize,
     panel: &'a [f32],
     bias: Option<&'a [f32]>,
+    /// Weights this tile fetches into L2 while it computes (its share of the next block).
+    prefetch: &'a [f32],
 }
 
 /// The reference kernel every SIMD kernel is tested against.
@@ -209,7 +234,18 @@ mod x86 {
         let (x, w) = (t.x.as_ptr(), t.panel.as_ptr());
         let mut acc0 = [_mm512_setzero_ps(); 8];
         let mut acc1 = [_mm512_setzero_ps(); 8];
+        let (pf, pf_lines) = (t.prefetch.as_ptr(), t.prefetch.len() / 16);
+        let pf_every = t.k.div_ceil(pf_lines.max(1)).max(1);
+        let (mut pf_line, mut pf_wait) = (0, 0);
         for kk in 0..t.k {
+            if pf_line < pf_lines {
+                if pf_wait == 0 {
+                    _mm_prefetch::<_MM_HINT_T1>(pf.add(pf_line * 16) as *const i8);
+                    pf_line += 1;
+                    pf_wait = pf_every;
+                }
+                pf_wait -= 1;
+            }
             _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR + 16) as *const i8);
             let w0 = _mm512_loadu_ps(w.add(kk * NR));
