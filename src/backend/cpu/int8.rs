@@ -138,8 +138,12 @@ impl PackedI8Matrix {
     }
 
     fn panel(&self, p: usize) -> &[u8] {
-        let base = self.start + p * self.kp * NR;
-        &self.data[base..base + self.kp * NR]
+        self.panels(p, p + 1)
+    }
+
+    /// Panels `p0..p1`, contiguous.
+    fn panels(&self, p0: usize, p1: usize) -> &[u8] {
+        &self.data[self.start + p0 * self.kp * NR..self.start + p1 * self.kp * NR]
     }
 }
 
@@ -243,6 +247,8 @@ struct TileOut<'a> {
     rows: usize,
     inv_x: &'a [f32],
     e: &'a PanelEpilogue,
+    /// Weights this tile fetches into L2 while it computes (its share of the next block).
+    prefetch: &'a [u8],
 }
 
 impl TileOut<'_> {
@@ -317,10 +323,20 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, y: *m
                 }
                 e
             }));
+            // The first group streams the block from memory; the others fetch the next block
+            // into L2 meanwhile, each tile a share, so no group waits for memory.
+            let next = w.panels(b1, (b1 + block).min(p1));
+            let tiles = (groups - 1) * (b1 - b0);
             for g in 0..groups {
                 let ag = a.group(g);
                 for (p, e) in (b0..b1).zip(&epilogues) {
                     let panel = w.panel(p);
+                    let prefetch = if g == 0 {
+                        &next[..0]
+                    } else {
+                        let (t, lines) = ((g - 1) * (b1 - b0) + (p - b0), next.len() / 64);
+                        &next[t * lines / tiles * 64..(t + 1) * lines / tiles * 64]
+                    };
                     let t = TileOut {
                         // SAFETY: row g*MR < m and column p*NR < n: inside y.
                         y: unsafe { out.0.add(g * MR * n + p * NR) },
@@ -328,6 +344,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, y: *m
                         rows: MR.min(m - g * MR),
                         inv_x: &a.inv_scales[g * MR..(g + 1) * MR],
                         e,
+                        prefetch,
                     };
                     // SAFETY: `isa` never exceeds what the CPU supports (see isa::current);
                     // the kernels read `kp/4` groups of the panel and of the row group.
@@ -388,6 +405,35 @@ mod x86 {
     use super::{TileOut, MR, NR};
     use std::arch::x86_64::*;
 
+    /// Issues the lines of `TileOut::prefetch` into L2, one every few k steps of the tile.
+    struct Prefetcher {
+        ptr: *const u8,
+        lines: usize,
+        every: usize,
+        line: usize,
+        wait: usize,
+    }
+
+    impl Prefetcher {
+        #[inline(always)]
+        fn new(data: &[u8], steps: usize) -> Prefetcher {
+            let lines = data.len() / 64;
+            Prefetcher { ptr: data.as_ptr(), lines, every: steps.div_ceil(lines.max(1)).max(1), line: 0, wait: 0 }
+        }
+
+        #[inline(always)]
+        unsafe fn step(&mut self) {
+            if self.line < self.lines {
+                if self.wait == 0 {
+                    _mm_prefetch::<_MM_HINT_T1>(self.ptr.add(self.line * 64) as *const i8);
+                    self.line += 1;
+                    self.wait = self.every;
+                }
+                self.wait -= 1;
+            }
+        }
+    }
+
     /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
     #[inline(always)]
     unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
@@ -415,7 +461,9 @@ mod x86 {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
         let mut s0 = [_mm512_setzero_si512(); R];
         let mut s1 = [_mm512_setzero_si512(); R];
+        let mut pf = Prefetcher::new(t.prefetch, kp / 4);
         for g in 0..kp / 4 {
+            pf.step();
             // Weights are streamed once per row group: fetch ahead of use.
             _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
@@ -458,7 +506,9 @@ mod x86 {
         let zero = _mm512_setzero_si512();
         let mut s0 = [_mm512_setzero_si512(); R];
         let mut s1 = [_mm512_setzero_si512(); R];
+        let mut pf = Prefetcher::new(t.prefetch, kp / 4);
         for g in 0..kp / 4 {
+            pf.step();
             _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
             let w0 = _mm512_loadu_si512(w.add(g * NR * 4) as *const _);
@@ -499,7 +549,9 @@ mod x86 {
     unsafe fn vnni256<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
         let mut s = [[_mm256_setzero_si256(); 4]; R];
+        let mut pf = Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 4);
         for g in 0..kp / 4 {
+            pf.step();
             let wv = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _));
             for r in 0..R {
                 let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
@@ -536,7 +588,9 @@ mod x86 {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
         let ones = _mm256_set1_epi16(1);
         let mut s = [[_mm256_setzero_si256(); 4]; R];
+        let mut pf = Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 4);
         for g in 0..kp / 4 {
+            pf.step();
             let wv = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _));
             for r in 0..R {
                 let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
