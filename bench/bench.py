@@ -78,9 +78,9 @@ def worker(args):
         sys.path.insert(0, TOLK_PY)
         import tolk
 
-        version = tolk.version()
-        model = tolk.Model(model_dir)
-        translator = tolk.Translator(model, compute_type=args.compute_type, intra_threads=args.threads)
+        version = "%s (%s)" % (tolk.version(), tolk.cpu_isa())
+        # Loaded for the compute type, as ctranslate2.Translator(path, compute_type) does.
+        translator = tolk.Translator(model_dir, compute_type=args.compute_type, intra_threads=args.threads)
     else:
         raise SystemExit(f"unknown engine {args.engine!r}")
     load_s = time.perf_counter() - t0
