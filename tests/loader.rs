@@ -35,6 +35,25 @@ fn a_valid_tiny_model_translates_with_greedy_and_beam() {
 }
 
 #[test]
+fn int8_saved_weights_are_used_as_saved() {
+    use tolk::ComputeType;
+    let dir = write_model_dir(&temp_dir("int8"), &tiny_int8_model_bin(1, VOCAB), &tiny_vocabulary(VOCAB));
+    let int8 = load(&dir).unwrap();
+    assert_eq!(int8.compute_type(), ComputeType::Int8, "\"default\" keeps int8");
+    // Quantizing the float model at load gives the same int8 values and scales as saving
+    // them quantized, hence the same translations.
+    let float_dir = write_model_dir(&temp_dir("int8f"), &tiny_model_bin(1, VOCAB), &tiny_vocabulary(VOCAB));
+    let quantized_at_load = Model::load_with(&float_dir, ComputeType::Int8).unwrap();
+    let src: Vec<Vec<String>> = (0..4).map(|i| (0..2 + i).map(|j| format!("w{}", 3 + (i + j * 5) % 9)).collect()).collect();
+    let opts = TranslateOptions { beam_size: 2, return_scores: true, max_decoding_length: 10, ..Default::default() };
+    let a = Translator::with_config(&int8, &TranslatorConfig::default()).unwrap().translate_batch(&src, None, &opts).unwrap();
+    let b = Translator::with_config(&quantized_at_load, &TranslatorConfig::default()).unwrap().translate_batch(&src, None, &opts).unwrap();
+    assert_eq!(a, b);
+    // And dequantized for float32.
+    assert_eq!(Model::load_with(&dir, ComputeType::Float32).unwrap().compute_type(), ComputeType::Float32);
+}
+
+#[test]
 fn missing_files_and_directories_are_io_errors() {
     let err = load(std::path::Path::new("/nonexistent/tolk-model")).err().unwrap();
     assert_eq!(err.kind, ErrorKind::Io);
@@ -67,8 +86,13 @@ fn vocabulary_size_mismatch_is_reported() {
 
 #[test]
 fn truncation_at_every_offset_is_a_clean_error() {
-    let bytes = tiny_model_bin(5, VOCAB);
-    let dir = write_model_dir(&temp_dir("truncate"), &bytes, &tiny_vocabulary(VOCAB));
+    for bytes in [tiny_model_bin(5, VOCAB), tiny_int8_model_bin(5, VOCAB)] {
+        truncations_fail_cleanly(&bytes);
+    }
+}
+
+fn truncations_fail_cleanly(bytes: &[u8]) {
+    let dir = write_model_dir(&temp_dir("truncate"), bytes, &tiny_vocabulary(VOCAB));
     let step = (bytes.len() / 600).max(1);
     for len in (0..bytes.len()).step_by(step) {
         std::fs::write(dir.join("model.bin"), &bytes[..len]).unwrap();
@@ -83,12 +107,16 @@ fn truncation_at_every_offset_is_a_clean_error() {
 
 #[test]
 fn thousands_of_mutations_never_panic() {
-    let bytes = tiny_model_bin(6, VOCAB);
+    // Float and int8-saved models, loaded as float32, int8 and int16 in turn.
+    let sources = [tiny_model_bin(6, VOCAB), tiny_int8_model_bin(6, VOCAB)];
+    let compute_types = [tolk::ComputeType::Default, tolk::ComputeType::Int8, tolk::ComputeType::Int16];
     let vocab = tiny_vocabulary(VOCAB);
-    let dir = write_model_dir(&temp_dir("mutate"), &bytes, &vocab);
+    let dir = write_model_dir(&temp_dir("mutate"), &sources[0], &vocab);
     let mut rng = Rng::new(42);
     let (mut loaded, mut refused) = (0, 0);
     for i in 0..3000 {
+        let bytes = &sources[(i / 3) % 2];
+        let compute_type = compute_types[(i / 6) % 3];
         let mut m = bytes.clone();
         match i % 3 {
             // Flip a few random bits.
@@ -116,7 +144,7 @@ fn thousands_of_mutations_never_panic() {
         }
         std::fs::write(dir.join("model.bin"), &m).unwrap();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let model = load(&dir)?;
+            let model = Model::load_with(&dir, compute_type)?;
             // A model that still loads must also translate without crashing.
             let t = Translator::with_config(&model, &TranslatorConfig::default())?;
             let src = vec![vec!["w3".to_string(), "w7".into()]];

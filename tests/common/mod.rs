@@ -71,6 +71,38 @@ pub fn write_model_bin(vars: &mut Vec<(String, Value)>, aliases: &[(&str, &str)]
 /// Builds a random post-norm Transformer (1+1 layers, d=8, 2 heads, shared vocabulary)
 /// with tied embeddings, as a CTranslate2 converter would.
 pub fn tiny_model_bin(seed: u64, vocab: usize) -> Vec<u8> {
+    let (mut vars, aliases) = tiny_model_vars(seed, vocab);
+    write_model_bin(&mut vars, &aliases)
+}
+
+/// The same model with its weights saved as int8 with per-row scales, as CTranslate2's
+/// converter writes them with `--quantization int8`.
+pub fn tiny_int8_model_bin(seed: u64, vocab: usize) -> Vec<u8> {
+    let (vars, aliases) = tiny_model_vars(seed, vocab);
+    let mut out = Vec::new();
+    for (name, value) in vars {
+        match value {
+            Value::F32(shape, data) if name.ends_with("weight") && shape.len() == 2 => {
+                let cols = shape[1];
+                let (mut q, mut scales) = (Vec::new(), Vec::new());
+                for row in data.chunks(cols) {
+                    let amax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    let scale = if amax > 0.0 { 127.0 / amax } else { 1.0 };
+                    q.extend(row.iter().map(|v| (v * scale).round_ties_even() as i8));
+                    scales.push(scale);
+                }
+                out.push((format!("{name}_scale"), Value::F32(vec![shape[0]], scales)));
+                out.push((name, Value::I8(shape, q)));
+            }
+            other => out.push((name, other)),
+        }
+    }
+    write_model_bin(&mut out, &aliases)
+}
+
+type Aliases = [(&'static str, &'static str); 2];
+
+fn tiny_model_vars(seed: u64, vocab: usize) -> (Vec<(String, Value)>, Aliases) {
     let mut rng = Rng::new(seed);
     let d = 8;
     let ffn = 16;
@@ -108,9 +140,9 @@ pub fn tiny_model_bin(seed: u64, vocab: usize) -> Vec<u8> {
     }
     vars.push(mat(&mut rng, "decoder/embeddings/weight".into(), vec![vocab, d], 1.0));
     vars.push(mat(&mut rng, "decoder/projection/bias".into(), vec![vocab], 0.1));
-    write_model_bin(
-        &mut vars,
-        &[("decoder/projection/weight", "decoder/embeddings/weight"), ("encoder/embeddings_0/weight", "decoder/embeddings/weight")],
+    (
+        vars,
+        [("decoder/projection/weight", "decoder/embeddings/weight"), ("encoder/embeddings_0/weight", "decoder/embeddings/weight")],
     )
 }
 
