@@ -116,6 +116,7 @@ impl<'a> WeightReader<'a> {
             (ComputeType::Int16, _) => PackedWeight::Int16(PackedI16Matrix::quantize(&self.tensor(name)?, n, k)),
             _ => PackedWeight::Float32(PackedMatrix::pack(&self.tensor(name)?, n, k)),
         });
+        self.bin.release_variable(&stored);
         if self.bin.is_alias_target(&stored) {
             self.packed.borrow_mut().insert(stored, Arc::clone(&p));
         }

@@ -389,6 +389,21 @@ impl ModelBin {
         // means they are read again from the file (page cache) when next accessed.
         let _ = unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
     }
+
+    /// Drops the resident pages lying wholly inside one variable's data, once it has been
+    /// converted: the loading peak then holds the built model plus one raw weight, not the
+    /// whole file besides.
+    pub fn release_variable(&self, name: &str) {
+        const PAGE: usize = 4096;
+        let Some(v) = self.resolve(name) else { return };
+        // The mapping starts on a page boundary, so offsets align like addresses.
+        let start = v.offset.next_multiple_of(PAGE);
+        let end = (v.offset + v.num_bytes) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: as in release_pages; the range lies inside the mapping.
+            let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
 }
 
 #[cfg(test)]
