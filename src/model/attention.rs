@@ -11,16 +11,27 @@ use crate::model::layers::{Linear, Norm, WeightReader};
 /// 4.8.5 on an AVX-512 machine). With several query rows (the encoder) each dot is a
 /// sequential chain of FMAs over the head dimension. With one query row (a decoder step)
 /// and 64-wide heads, MKL's matrix-vector path runs keys by groups of 4 with 16 lanes
-/// (`single_query_dot`), and the last `len % 4` keys with another 16-lane order
-/// (`single_query_dot_rest`, which matches MKL most of the time but not always).
+/// (`single_query_dot`), and the last `padded % 4` keys with another 16-lane order
+/// (`single_query_dot_rest`). `padded` is the key count of CTranslate2's product (the
+/// batch's padded source length in cross-attention), which decides where the groups end.
 #[inline(always)]
-fn key_scores(q: &[f32], keys: &KvView, h: usize, head_dim: usize, scale: f32, single_query: bool, scores: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+fn key_scores(
+    q: &[f32],
+    keys: &KvView,
+    h: usize,
+    head_dim: usize,
+    scale: f32,
+    single_query: bool,
+    padded: usize,
+    scores: &mut [f32],
+) {
     let len = scores.len();
     if single_query && head_dim == 64 {
-        let grouped = len / 4 * 4;
+        let grouped = padded / 4 * 4;
         for (j, s) in scores.iter_mut().enumerate() {
             let k = keys.head(j, h, head_dim);
-            *s = if j < grouped { single_query_dot(q, k) } else { single_query_dot_rest(q, k) } * scale;
+            *s = if j < grouped { single_query_dot(q, k) } else { single_query_dot_rest(q, k, j % 2 == 0) } * scale;
         }
         return;
     }
@@ -74,21 +85,86 @@ fn single_query_dot(q: &[f32], k: &[f32]) -> f32 {
     fold16(&tail)
 }
 
-/// MKL's dot of 64 for one query row, the last `len % 4` keys: 16 FMA lanes over elements
-/// 1..64, folded, plus the first product.
+/// MKL's dot of 64 for one query row, the last `padded % 4` keys: elements 1..64 go to lane
+/// `p % 16` of 16 accumulators, folded, plus the first product. Elements 1..17, 33..64
+/// are fused multiply-adds; elements 17..33 too for odd keys, but for even keys they are
+/// rounded products added.
 #[inline(always)]
-fn single_query_dot_rest(q: &[f32], k: &[f32]) -> f32 {
+fn single_query_dot_rest(q: &[f32], k: &[f32], even: bool) -> f32 {
     let (q, k) = (&q[..64], &k[..64]);
     let mut acc = [0.0f32; 16];
-    for t in 0..4 {
-        for l in 0..16 {
-            let p = 16 * t + l;
-            if p > 0 {
-                acc[l] = q[p].mul_add(k[p], acc[l]);
-            }
-        }
+    for p in 1..64 {
+        let l = p % 16;
+        acc[l] = if even && (17..33).contains(&p) { acc[l] + q[p] * k[p] } else { q[p].mul_add(k[p], acc[l]) };
     }
     fold16(&acc) + q[0] * k[0]
+}
+
+/// `o = Σ_j probs[j] · value_j` for one query row and 64-wide heads, in the order of MKL's
+/// matrix-vector path for CTranslate2's batched `P·V` (`padded` keys, the last
+/// `padded - probs.len()` of which are padding with probability 0, which MKL still
+/// walks). Fewer than 8 keys: one FMA chain in key order. Otherwise keys go by blocks of
+/// 8: the first block is `G(0) + G(4)`, where `G(b) = (p[b]·v[b] ⊕ p[b+2]·v[b+2]) +
+/// (p[b+1]·v[b+1] ⊕ p[b+3]·v[b+3])` (⊕: fused onto the rounded later product); each
+/// further block adds keys b+6, b+4 (fused), then `p[b+5]·v[b+5] ⊕ p[b+7]·v[b+7]`, then
+/// `G(b)`; the last `padded % 8` keys are fused in order.
+#[inline(always)]
+fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, o: &mut [f32]) {
+    const D: usize = 64;
+    let len = probs.len();
+    let o: &mut [f32; D] = (&mut o[..D]).try_into().unwrap();
+    // acc += p[i] · v[i] (fused); nothing for a padding key.
+    let fuse = |i: usize, acc: &mut [f32; D]| {
+        if i < len {
+            let (p, v) = (probs[i], values.head(i, h, D));
+            for c in 0..D {
+                acc[c] = p.mul_add(v[c], acc[c]);
+            }
+        }
+    };
+    // p[i] · v[i] rounded (zero for a padding key).
+    let product = |i: usize| -> [f32; D] {
+        if i < len {
+            let (p, v) = (probs[i], values.head(i, h, D));
+            std::array::from_fn(|c| p * v[c])
+        } else {
+            [0.0; D]
+        }
+    };
+    let add = |acc: &mut [f32; D], x: &[f32; D]| {
+        for c in 0..D {
+            acc[c] += x[c];
+        }
+    };
+    let group = |b: usize| -> [f32; D] {
+        let mut even = product(b + 2);
+        fuse(b, &mut even);
+        let mut odd = product(b + 3);
+        fuse(b + 1, &mut odd);
+        add(&mut even, &odd);
+        even
+    };
+    if padded < 8 {
+        o.fill(0.0);
+        for i in 0..len {
+            fuse(i, o);
+        }
+        return;
+    }
+    *o = group(0);
+    add(o, &group(4));
+    let blocks = padded / 8;
+    for b in (8..blocks * 8).step_by(8) {
+        fuse(b + 6, o);
+        fuse(b + 4, o);
+        let mut pair = product(b + 7);
+        fuse(b + 5, &mut pair);
+        add(o, &pair);
+        add(o, &group(b));
+    }
+    for i in blocks * 8..len {
+        fuse(i, o);
+    }
 }
 
 /// Keys or values of one sequence: row `j`, head `h` is `data[j * stride + offset + h * head_dim ..]`.
@@ -124,11 +200,34 @@ pub fn attend_row(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
+    attend_row_padded(query, keys, values, len, len, num_heads, head_dim, scale, single_query, scores, out)
+}
+
+/// `attend_row` for a row whose keys CTranslate2 pads to `padded` (≥ `len`) positions:
+/// in cross-attention, the longest source length of the batch the row's example was
+/// translated in. Padding changes no value, only the order MKL sums decoder-step products
+/// in, which this reproduces.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_row_padded(
+    query: &[f32],
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    padded: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    single_query: bool,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let padded = padded.max(len);
     dispatch_isa!(attend_row_generic(
         query: &[f32],
         keys: KvView,
         values: KvView,
         len: usize,
+        padded: usize,
         num_heads: usize,
         head_dim: usize,
         scale: f32,
@@ -145,6 +244,7 @@ fn attend_row_generic(
     keys: KvView,
     values: KvView,
     len: usize,
+    padded: usize,
     num_heads: usize,
     head_dim: usize,
     scale: f32,
@@ -155,11 +255,15 @@ fn attend_row_generic(
     scores.resize(len, 0.0);
     for h in 0..num_heads {
         let q = &query[h * head_dim..(h + 1) * head_dim];
-        key_scores(q, &keys, h, head_dim, scale, single_query, scores);
+        key_scores(q, &keys, h, head_dim, scale, single_query, padded, scores);
         ops::softmax(scores);
-        // Weighted sum of the values, one FMA per key in key order (MKL's order for the
-        // batched `P·V`).
         let o = &mut out[h * head_dim..(h + 1) * head_dim];
+        if single_query && head_dim == 64 {
+            single_query_values(scores, &values, h, padded, o);
+            continue;
+        }
+        // Weighted sum of the values, one FMA per key in key order (MKL's order for the
+        // batched `P·V` with several query rows).
         o.fill(0.0);
         for (j, &p) in scores.iter().enumerate() {
             let v = values.head(j, h, head_dim);
