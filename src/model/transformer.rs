@@ -237,7 +237,15 @@ impl DecoderState {
                 .iter()
                 .map(|&s| {
                     uses[s] -= 1;
-                    if uses[s] == 0 { std::mem::take(&mut old[s]) } else { old[s].clone() }
+                    if uses[s] == 0 {
+                        std::mem::take(&mut old[s])
+                    } else {
+                        // Room for the coming steps, so the next append does not copy the
+                        // whole history a second time.
+                        let mut copy = Vec::with_capacity(old[s].capacity().max(old[s].len() * 5 / 4 + 64));
+                        copy.extend_from_slice(&old[s]);
+                        copy
+                    }
                 })
                 .collect();
         };
