@@ -353,3 +353,36 @@ fn the_c_example_translates_lines_and_reports_errors() {
         assert_eq!(out.status.code(), Some(1), "valgrind found errors on an error path:\n{}", text(&out.stderr));
     }
 }
+
+/// The README's C example compiles as printed and, where the zh-en model is available
+/// (TOLK_MODELS, else models/ or ../shared/models), translates with it.
+#[test]
+fn the_readme_c_example_compiles_and_runs() {
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    let start = readme.find("```c\n").expect("README has a C example") + 5;
+    let code = &readme[start..start + readme[start..].find("```").unwrap()];
+    let source = out_dir().join("readme_example.c");
+    std::fs::write(&source, code).unwrap();
+    let binary = compile(&source);
+    let models = std::env::var_os("TOLK_MODELS")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([manifest_dir().join("models"), manifest_dir().join("../shared/models")])
+        .find(|d| d.join("zh-en-ct2/model.bin").is_file());
+    let Some(models) = models else {
+        eprintln!("zh-en model not found: the README example was compiled, not run");
+        return;
+    };
+    // The example opens models/zh-en-ct2 relative to where it runs.
+    let cwd = out_dir().join("readme_cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let link = cwd.join("models");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(std::fs::canonicalize(&models).unwrap(), &link).unwrap();
+    let mut cmd = Command::new(&binary);
+    cmd.current_dir(&cwd);
+    let out = run(cmd, "");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "README example failed: {}", text(&out.stderr));
+    assert!(stdout.contains("love") && stdout.contains("(-"), "README example printed {stdout:?}");
+}
