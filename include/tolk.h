@@ -241,9 +241,10 @@ const char *tolk_cpu_isa(void);
 const char *tolk_last_error(void);
 
 /**
- * A static description of a status code.
+ * A static description of a status code (a TolkStatus value; any other integer gets
+ * "unknown status", so a value read from elsewhere is safe to pass).
  */
-const char *tolk_status_string(enum TolkStatus status);
+const char *tolk_status_string(int status);
 
 /**
  * Loads a CTranslate2 model directory with its weights as saved (compute type

@@ -2,7 +2,7 @@
 //! through a status code plus a thread-local message (`tolk_last_error`).
 //! `include/tolk.h` is generated from this file by cbindgen (see build.rs).
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
@@ -257,20 +257,21 @@ pub extern "C" fn tolk_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
-/// A static description of a status code.
+/// A static description of a status code (a TolkStatus value; any other integer gets
+/// "unknown status", so a value read from elsewhere is safe to pass).
 #[no_mangle]
-pub extern "C" fn tolk_status_string(status: TolkStatus) -> *const c_char {
-    let s: &'static str = match status {
-        TolkStatus::TolkOk => "ok\0",
-        TolkStatus::TolkErrorNullPointer => "null pointer\0",
-        TolkStatus::TolkErrorInvalidArgument => "invalid argument\0",
-        TolkStatus::TolkErrorIo => "I/O error\0",
-        TolkStatus::TolkErrorInvalidModel => "invalid model\0",
-        TolkStatus::TolkErrorUnsupported => "unsupported\0",
-        TolkStatus::TolkErrorOutOfRange => "out of range\0",
-        TolkStatus::TolkErrorInternal => "internal error\0",
-    };
-    s.as_ptr() as *const c_char
+pub extern "C" fn tolk_status_string(status: c_int) -> *const c_char {
+    const NAMES: [(TolkStatus, &CStr); 8] = [
+        (TolkStatus::TolkOk, c"ok"),
+        (TolkStatus::TolkErrorNullPointer, c"null pointer"),
+        (TolkStatus::TolkErrorInvalidArgument, c"invalid argument"),
+        (TolkStatus::TolkErrorIo, c"I/O error"),
+        (TolkStatus::TolkErrorInvalidModel, c"invalid model"),
+        (TolkStatus::TolkErrorUnsupported, c"unsupported"),
+        (TolkStatus::TolkErrorOutOfRange, c"out of range"),
+        (TolkStatus::TolkErrorInternal, c"internal error"),
+    ];
+    NAMES.iter().find(|(s, _)| *s as c_int == status).map_or(c"unknown status", |(_, name)| name).as_ptr()
 }
 
 /// Loads a CTranslate2 model directory with its weights as saved (compute type

@@ -187,7 +187,7 @@ def _declare(lib):
     fn("tolk_abi_version", ctypes.c_uint32)
     fn("tolk_cpu_isa", ctypes.c_char_p)
     fn("tolk_last_error", ctypes.c_char_p)
-    fn("tolk_status_string", ctypes.c_char_p, _Status)
+    fn("tolk_status_string", ctypes.c_char_p, ctypes.c_int)
 
     fn("tolk_model_load", _Status, ctypes.c_char_p, ctypes.POINTER(_ModelP))
     fn("tolk_model_options_default", _ModelOptions)
