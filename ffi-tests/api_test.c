@@ -186,6 +186,14 @@ static void test_bad_options(TolkModel *model) {
     bad.struct_size = 0;
     CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
     bad = tolk_translate_options_default();
+    bad.struct_size = (uint32_t)offsetof(TolkTranslateOptions, beam_size) + 2; /* ends inside beam_size */
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    bad = tolk_translate_options_default();
+    bad.struct_size = (uint32_t)offsetof(TolkTranslateOptions, max_input_length); /* an older header: fine */
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_OK);
+    tolk_result_free(result);
+    result = NULL;
+    bad = tolk_translate_options_default();
     bad.batch_type = 7;
     CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
     bad = tolk_translate_options_default();

@@ -208,12 +208,40 @@ unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, E
         .map_err(|_| Error::invalid_argument(format!("{what} is not valid UTF-8")))
 }
 
+/// An options struct versioned by its leading `struct_size`: the fields (offset, size)
+/// a caller's smaller, older struct may end between.
+trait Versioned: Copy {
+    fn fields() -> Vec<(usize, usize)>;
+}
+
+macro_rules! versioned {
+    ($t:ty { $($field:ident),* }) => {
+        impl Versioned for $t {
+            fn fields() -> Vec<(usize, usize)> {
+                fn size<T, F>(_: fn(&T) -> &F) -> usize {
+                    std::mem::size_of::<F>()
+                }
+                vec![$((std::mem::offset_of!($t, $field), size(|s: &$t| &s.$field))),*]
+            }
+        }
+    };
+}
+
+versioned!(TolkModelOptions { struct_size, compute_type });
+versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_threads });
+versioned!(TolkTranslateOptions {
+    struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
+    max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type
+});
+
 /// Copies a caller's options struct over the defaults, honouring its `struct_size` so that
-/// programs built against an older (smaller) header keep working.
-unsafe fn read_versioned<T: Copy>(p: *const T, defaults: T, struct_size: u32) -> Result<T, Error> {
+/// programs built against an older (smaller) header keep working. A size that ends inside
+/// a field is refused: it cannot come from any version of the struct.
+unsafe fn read_versioned<T: Versioned>(p: *const T, defaults: T, struct_size: u32) -> Result<T, Error> {
     let size = struct_size as usize;
     let full = std::mem::size_of::<T>();
-    if size < std::mem::size_of::<u32>() || size > full {
+    let splits_a_field = T::fields().iter().any(|&(offset, len)| offset < size && size < offset + len);
+    if size < std::mem::size_of::<u32>() || size > full || splits_a_field {
         return Err(Error::invalid_argument(format!(
             "options struct_size is {size}, expected {full}: initialize options with the *_default() function"
         )));

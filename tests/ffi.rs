@@ -114,12 +114,19 @@ fn compile(source: &Path) -> PathBuf {
 /// Runs `cmd` with `stdin` as its input; a thread feeds it so that large outputs cannot
 /// deadlock the pipes.
 fn run(mut cmd: Command, stdin: &str) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // Tests run in parallel: a binary another thread just wrote can be briefly "busy"
+    // (ETXTBSY) while a concurrent fork still holds its file open.
+    let mut attempts = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other.unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}")),
+        }
+    };
     let mut pipe = child.stdin.take().unwrap();
     let input = stdin.to_string();
     let writer = std::thread::spawn(move || {
