@@ -3,7 +3,7 @@
 //! `EncoderOutput` and `DecoderState`.
 use crate::backend::cpu::{ops, Ctx};
 use crate::error::{Error, Result};
-use crate::model::attention::{attend_row, CrossAttention, FeedForward, KvView, Scratch, SelfAttention};
+use crate::model::attention::{attend_row, attend_row_padded, CrossAttention, FeedForward, KvView, Scratch, SelfAttention};
 use crate::model::layers::{embeddings_scale, EmbeddingTable, Linear, Norm, Positions, WeightReader};
 
 /// Options shared by the layers of one stack.
@@ -461,15 +461,18 @@ impl Decoder {
         scratch.context.clear();
         scratch.context.resize(rows * d, 0.0);
         let kv = &state.memory_kv[layer];
+        // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
+        let padded = state.memory_lengths.iter().copied().max().unwrap_or(0);
         for r in 0..rows {
             let ex = state.row_example[r];
             let (off, len) = (state.memory_offsets[ex], state.memory_lengths[ex]);
             let mem = &kv[off * 2 * d..(off + len) * 2 * d];
-            attend_row(
+            attend_row_padded(
                 &query[r * d..(r + 1) * d],
                 KvView { data: mem, stride: 2 * d, offset: 0 },
                 KvView { data: mem, stride: 2 * d, offset: d },
                 len,
+                padded,
                 heads,
                 head_dim,
                 scale,
