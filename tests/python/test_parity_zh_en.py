@@ -22,7 +22,8 @@ import pytest
 from conftest import compare_results, report
 
 N_LINES = int(os.environ.get("TOLK_ZH_EN_LINES", "200"))
-MIN_IDENTICAL = {"float32": 0.98, "int8": 0.80}
+# Share of sentences token-identical to CTranslate2, by (compute type, beam size).
+MIN_IDENTICAL = {("float32", 1): 0.98, ("float32", 4): 0.98, ("int8", 1): 0.90, ("int8", 4): 0.70}
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +150,6 @@ def test_zh_en_parity(beam_size, request, zh_en_model, zh_source, zh_references,
     if compute_type == "float32":
         for m in msgs[:3]:
             report("  " + m.replace("\n", "\n  "))
-    assert tokens_identical >= MIN_IDENTICAL[compute_type] * total, line
+    assert tokens_identical >= MIN_IDENTICAL[(compute_type, beam_size)] * total, line
     if bleu is not None and compute_type != "float32":
         assert abs(bleu[1] - bleu[0]) <= 0.3 + 30.0 / total, line
