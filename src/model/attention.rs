@@ -110,60 +110,68 @@ fn single_query_dot_rest(q: &[f32], k: &[f32], even: bool) -> f32 {
 /// `G(b)`; the last `padded % 8` keys are fused in order.
 #[inline(always)]
 fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, o: &mut [f32]) {
+    // Plain inline functions rather than closures: closures would not inherit the target
+    // features of the dispatch_isa! copy (calling the software fmaf).
     const D: usize = 64;
-    let len = probs.len();
-    let o: &mut [f32; D] = (&mut o[..D]).try_into().unwrap();
-    // acc += p[i] · v[i] (fused); nothing for a padding key.
-    let fuse = |i: usize, acc: &mut [f32; D]| {
-        if i < len {
-            let (p, v) = (probs[i], values.head(i, h, D));
+    /// acc += p[i] · v[i] (fused); nothing for a padding key.
+    #[inline(always)]
+    fn fuse(probs: &[f32], values: &KvView, h: usize, i: usize, acc: &mut [f32; D]) {
+        if i < probs.len() {
+            let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
             for c in 0..D {
                 acc[c] = p.mul_add(v[c], acc[c]);
             }
         }
-    };
-    // p[i] · v[i] rounded (zero for a padding key).
-    let product = |i: usize| -> [f32; D] {
-        if i < len {
-            let (p, v) = (probs[i], values.head(i, h, D));
-            std::array::from_fn(|c| p * v[c])
-        } else {
-            [0.0; D]
+    }
+    /// p[i] · v[i] rounded (zero for a padding key).
+    #[inline(always)]
+    fn product(probs: &[f32], values: &KvView, h: usize, i: usize) -> [f32; D] {
+        let mut out = [0.0; D];
+        if i < probs.len() {
+            let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
+            for c in 0..D {
+                out[c] = p * v[c];
+            }
         }
-    };
-    let add = |acc: &mut [f32; D], x: &[f32; D]| {
+        out
+    }
+    #[inline(always)]
+    fn add(acc: &mut [f32; D], x: &[f32; D]) {
         for c in 0..D {
             acc[c] += x[c];
         }
-    };
-    let group = |b: usize| -> [f32; D] {
-        let mut even = product(b + 2);
-        fuse(b, &mut even);
-        let mut odd = product(b + 3);
-        fuse(b + 1, &mut odd);
+    }
+    #[inline(always)]
+    fn group(probs: &[f32], values: &KvView, h: usize, b: usize) -> [f32; D] {
+        let mut even = product(probs, values, h, b + 2);
+        fuse(probs, values, h, b, &mut even);
+        let mut odd = product(probs, values, h, b + 3);
+        fuse(probs, values, h, b + 1, &mut odd);
         add(&mut even, &odd);
         even
-    };
+    }
+    let len = probs.len();
+    let o: &mut [f32; D] = (&mut o[..D]).try_into().unwrap();
     if padded < 8 {
         o.fill(0.0);
         for i in 0..len {
-            fuse(i, o);
+            fuse(probs, values, h, i, o);
         }
         return;
     }
-    *o = group(0);
-    add(o, &group(4));
+    *o = group(probs, values, h, 0);
+    add(o, &group(probs, values, h, 4));
     let blocks = padded / 8;
     for b in (8..blocks * 8).step_by(8) {
-        fuse(b + 6, o);
-        fuse(b + 4, o);
-        let mut pair = product(b + 7);
-        fuse(b + 5, &mut pair);
+        fuse(probs, values, h, b + 6, o);
+        fuse(probs, values, h, b + 4, o);
+        let mut pair = product(probs, values, h, b + 7);
+        fuse(probs, values, h, b + 5, &mut pair);
         add(o, &pair);
-        add(o, &group(b));
+        add(o, &group(probs, values, h, b));
     }
     for i in blocks * 8..len {
-        fuse(i, o);
+        fuse(probs, values, h, i, o);
     }
 }
 
