@@ -262,6 +262,8 @@ fn sum_exp_generic(x: &[f32], shift: f32) -> f32 {
 
 const EXP_HI: f32 = 88.376_26;
 const EXP_LO: f32 = -88.376_26;
+// Cephes' constants bit for bit (not std's LOG2_E): the exp must round as CTranslate2's.
+#[allow(clippy::approx_constant)]
 const LOG2EF: f32 = 1.442_695;
 const EXP_C1: f32 = 0.693_359_4;
 const EXP_C2: f32 = -2.121_944_4e-4;
