@@ -226,6 +226,11 @@ impl DecoderState {
         self.step
     }
 
+    /// Whether some example has several rows (beams), i.e. fewer live examples than rows.
+    pub fn rows_share_examples(&self) -> bool {
+        self.row_example.windows(2).any(|w| w[0] == w[1])
+    }
+
     /// Keeps rows `sources[i]` as the new row `i` (beam reordering, finished rows removed).
     /// A source row used once is moved, not copied.
     pub fn select_rows(&mut self, sources: &[usize]) {
@@ -463,6 +468,11 @@ impl Decoder {
         let kv = &state.memory_kv[layer];
         // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
         let padded = state.memory_lengths.iter().copied().max().unwrap_or(0);
+        // CTranslate2 keeps the memory keys/values once per example, not per beam: with
+        // several rows per example (beam search after the first step), the example's beams
+        // are the query rows of one product (`beam_size > 1` in its cross-attention), which
+        // MKL sums in its several-rows order instead of the one-query-row order.
+        let single_query = !state.rows_share_examples();
         for r in 0..rows {
             let ex = state.row_example[r];
             let (off, len) = (state.memory_offsets[ex], state.memory_lengths[ex]);
@@ -476,7 +486,7 @@ impl Decoder {
                 heads,
                 head_dim,
                 scale,
-                true,
+                single_query,
                 &mut scratch.scores,
                 &mut scratch.context[r * d..(r + 1) * d],
             );
