@@ -30,13 +30,15 @@ fn main() {
     println!("{:>10}  {:>26}  {:>22}  {:>22}  {:>22}", "isa", "shape m x n x k", "float32 GOP/s (%peak)", "int8 GOP/s (%peak)", "int16 GOP/s (%peak)");
     for &level in &isas {
         let peak = peak::measure(level);
-        println!(
-            "{:>10}  peak (in-register MACs)      {:>14.0}          {:>14.0}          {:>14.0}",
-            level.name(),
-            peak.f32,
-            peak.i8,
-            peak.i16
-        );
+        if level != Isa::Scalar {
+            println!(
+                "{:>10}  peak (in-register MACs)      {:>14.0}          {:>14.0}          {:>14.0}",
+                level.name(),
+                peak.f32,
+                peak.i8,
+                peak.i16
+            );
+        }
         for &(m, n, k) in &shapes {
             let x: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 13) as f32 * 0.1 - 0.6).collect();
             let w: Vec<f32> = (0..n * k).map(|i| ((i * 104729) % 11) as f32 * 0.05 - 0.25).collect();
@@ -55,16 +57,17 @@ fn main() {
             let f = rate(&mut || packed::matmul_packed(&x, &pf, None, &mut y, m, 1));
             let q8 = rate(&mut || int8::matmul_i8(&x, &p8, None, &mut y, m, 1));
             let q16 = rate(&mut || int16::matmul_i16(&x, &p16, None, &mut y, m, 1));
+            let share = |rate: f64, peak: f64| if peak.is_nan() { "      ".to_string() } else { format!("({:>3.0}%)", 100.0 * rate / peak) };
             println!(
-                "{:>10}  {:>26}  {:>14.1} ({:>3.0}%)  {:>14.1} ({:>3.0}%)  {:>14.1} ({:>3.0}%)",
+                "{:>10}  {:>26}  {:>14.1} {}  {:>14.1} {}  {:>14.1} {}",
                 level.name(),
                 format!("{m} x {n} x {k}"),
                 f,
-                100.0 * f / peak.f32,
+                share(f, peak.f32),
                 q8,
-                100.0 * q8 / peak.i8,
+                share(q8, peak.i8),
                 q16,
-                100.0 * q16 / peak.i16
+                share(q16, peak.i16)
             );
         }
     }
@@ -121,6 +124,9 @@ mod peak {
                     let $y: $vec = black_box($b);
                     let mut accs = [$zero; 12];
                     for _ in 0..iters {
+                        // Opaque each iteration: products of loop-invariant inputs would
+                        // otherwise be hoisted out of the loop.
+                        let $x = black_box($x);
                         for $acc in accs.iter_mut() {
                             *$acc = $op;
                         }
