@@ -6,6 +6,7 @@
 //! - [`backend`]: compute kernels (CPU float32);
 //! - [`decode`]: greedy and beam search;
 //! - [`translator`]: batching, options and results;
+//! - [`text`]: tokenization (SentencePiece);
 //! - `capi`: the C ABI (`include/tolk.h`).
 //!
 //! ```no_run
@@ -23,6 +24,7 @@ pub mod error;
 pub mod format;
 pub mod model;
 pub mod tensor;
+pub mod text;
 pub mod translator;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,2 @@
+//! Text processing around the models: tokenization (SentencePiece) and, later, sentence
+//! splitting for the text API.
