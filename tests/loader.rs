@@ -233,3 +233,19 @@ fn compute_types_resolve_like_ctranslate2() {
     let opts = TranslateOptions { max_decoding_length: 6, return_scores: true, ..Default::default() };
     assert_eq!(t16.translate_batch(&src, None, &opts).unwrap(), t16b.translate_batch(&src, None, &opts).unwrap());
 }
+
+#[test]
+fn intra_threads_do_not_change_quantized_results() {
+    use tolk::ComputeType;
+    let dir = write_model_dir(&temp_dir("threads"), &tiny_int8_model_bin(3, VOCAB), &tiny_vocabulary(VOCAB));
+    let src: Vec<Vec<String>> = (0..9).map(|i| (0..2 + i).map(|j| format!("w{}", 3 + (i * 5 + j) % 9)).collect()).collect();
+    let opts = TranslateOptions { beam_size: 3, return_scores: true, max_decoding_length: 12, ..Default::default() };
+    for compute_type in [ComputeType::Int8, ComputeType::Int16, ComputeType::Float32] {
+        let model = Model::load_with(&dir, compute_type).unwrap();
+        let run = |threads| {
+            let config = TranslatorConfig { intra_threads: threads, ..Default::default() };
+            Translator::with_config(&model, &config).unwrap().translate_batch(&src, None, &opts).unwrap()
+        };
+        assert_eq!(run(1), run(3), "{compute_type:?}");
+    }
+}
