@@ -238,6 +238,10 @@ impl DecoderState {
         sources.iter().for_each(|&s| uses[s] += 1);
         let reorder = |rows: &mut Vec<Vec<f32>>, uses: &mut [usize]| {
             let mut old = std::mem::take(rows);
+            // The buffers of rows nobody continues are refilled with the copies, which
+            // spares an allocation (and its fresh, zeroed pages) per copied row.
+            let mut spare: Vec<Vec<f32>> =
+                old.iter_mut().zip(uses.iter()).filter(|(_, &u)| u == 0).map(|(v, _)| std::mem::take(v)).collect();
             *rows = sources
                 .iter()
                 .map(|&s| {
@@ -245,9 +249,11 @@ impl DecoderState {
                     if uses[s] == 0 {
                         std::mem::take(&mut old[s])
                     } else {
+                        let mut copy = spare.pop().unwrap_or_default();
+                        copy.clear();
                         // Room for the coming steps, so the next append does not copy the
                         // whole history a second time.
-                        let mut copy = Vec::with_capacity(old[s].capacity().max(old[s].len() * 5 / 4 + 64));
+                        copy.reserve(old[s].capacity().max(old[s].len() * 5 / 4 + 64));
                         copy.extend_from_slice(&old[s]);
                         copy
                     }
