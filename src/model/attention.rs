@@ -391,8 +391,12 @@ impl FeedForward {
         } else {
             x
         };
-        self.inner.forward(ctx, input, rows, &mut scratch.hidden);
-        self.activation.apply(&mut scratch.hidden);
+        if self.activation == ops::Activation::Relu {
+            self.inner.forward_relu(ctx, input, rows, &mut scratch.hidden);
+        } else {
+            self.inner.forward(ctx, input, rows, &mut scratch.hidden);
+            self.activation.apply(&mut scratch.hidden);
+        }
         self.outer.forward(ctx, &scratch.hidden, rows, &mut scratch.proj);
         ops::add_assign(x, &scratch.proj);
         if !pre_norm {

@@ -251,8 +251,13 @@ impl Linear {
         &self.weight
     }
 
-    /// Computes `rows` outputs into `out` (resized to rows × out_dim).
-    pub fn forward(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
+    /// `forward` followed by ReLU, fused where the kernel can.
+    pub fn forward_relu(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
+        self.resize_output(rows, out);
+        self.weight.matmul_relu(x, self.bias.as_deref().map(|b| &b[..]), out, rows, ctx.threads);
+    }
+
+    fn resize_output(&self, rows: usize, out: &mut Vec<f32>) {
         // Every element is overwritten, so only newly grown space is initialized (zeroing
         // the 65k-wide logits of every step would cost as much as writing them).
         let needed = rows * self.out_dim();
@@ -260,6 +265,11 @@ impl Linear {
             out.resize(needed, 0.0);
         }
         out.truncate(needed);
+    }
+
+    /// Computes `rows` outputs into `out` (resized to rows × out_dim).
+    pub fn forward(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
+        self.resize_output(rows, out);
         self.weight.matmul(x, self.bias.as_deref().map(|b| &b[..]), out, rows, ctx.threads);
     }
 }

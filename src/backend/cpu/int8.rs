@@ -237,6 +237,8 @@ struct PanelEpilogue {
     compensation: [i32; NR],
     bias: [f32; NR],
     cols: usize,
+    /// Apply ReLU after the bias (CTranslate2 fuses the activation the same way).
+    relu: bool,
 }
 
 /// Where one tile's rows go: `rows` rows of `y` starting at `y` with stride `ldy`, each
@@ -262,6 +264,11 @@ impl TileOut<'_> {
         for c in 0..NR {
             row[c] = (acc[c] - e.compensation[c]) as f32 * self.inv_x[r] / e.w_scales[c] + e.bias[c];
         }
+        if e.relu {
+            for v in row.iter_mut() {
+                *v = v.max(0.0);
+            }
+        }
         // SAFETY: matmul_i8 checked that rows x cols of `y` from this tile's origin exist,
         // and no other thread writes these columns.
         unsafe {
@@ -278,6 +285,11 @@ impl TileOut<'_> {
 /// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`. With `threads > 1` the panels
 /// (disjoint output columns) are split across the current rayon pool.
 pub fn matmul_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
+    matmul_i8_relu(x, w, bias, false, y, m, threads)
+}
+
+/// [`matmul_i8`], optionally with ReLU applied to the outputs in the same pass.
+pub fn matmul_i8_relu(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, y: &mut [f32], m: usize, threads: usize) {
     let (n, k) = (w.n, w.k);
     assert!(x.len() >= m * k && y.len() >= m * n, "matmul_i8: buffer too small");
     if let Some(b) = bias {
@@ -291,12 +303,12 @@ pub fn matmul_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, y: &mut [f
     ACTIVATIONS.with(|a| {
         let mut a = a.borrow_mut();
         a.fill(x, m, k, shifted);
-        run_panels(&a, w, bias, y.as_mut_ptr(), m, threads, isa, shifted)
+        run_panels(&a, w, bias, relu, y.as_mut_ptr(), m, threads, isa, shifted)
     })
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, y: *mut f32, m: usize, threads: usize, isa: Isa, shifted: bool) {
+fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, y: *mut f32, m: usize, threads: usize, isa: Isa, shifted: bool) {
     let n = w.n;
     let panels = n.div_ceil(NR);
     let groups = m.div_ceil(MR);
@@ -313,7 +325,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, y: *m
             epilogues.clear();
             epilogues.extend((b0..b1).map(|p| {
                 let cols = NR.min(n - p * NR);
-                let mut e = PanelEpilogue { w_scales: [1.0; NR], compensation: [0; NR], bias: [0.0; NR], cols };
+                let mut e = PanelEpilogue { w_scales: [1.0; NR], compensation: [0; NR], bias: [0.0; NR], cols, relu };
                 e.w_scales[..cols].copy_from_slice(&w.scales[p * NR..p * NR + cols]);
                 if shifted {
                     e.compensation.copy_from_slice(&w.compensation[p * NR..(p + 1) * NR]);
@@ -663,6 +675,24 @@ mod tests {
                     assert!((expected[i * n + j] - f).abs() <= tol, "{m}x{n}x{k} [{i},{j}]");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn fused_relu_equals_relu_after() {
+        let mut seed = 3;
+        let (m, n, k) = (11, 70, 40);
+        let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed)).collect();
+        let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
+        let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
+        let packed = PackedI8Matrix::quantize(&w, n, k);
+        let mut expected = vec![0.0; m * n];
+        matmul_i8(&x, &packed, Some(&bias), &mut expected, m, 1);
+        expected.iter_mut().for_each(|v| *v = v.max(0.0));
+        for isa in isa::available() {
+            let mut y = vec![f32::NAN; m * n];
+            isa::with_isa(isa, || matmul_i8_relu(&x, &packed, Some(&bias), true, &mut y, m, 1));
+            assert_eq!(y, expected, "{isa:?}");
         }
     }
 

@@ -26,8 +26,21 @@ impl Activation {
     }
 
     pub fn apply(self, x: &mut [f32]) {
-        match self {
-            Activation::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
+        // Compiled per ISA like the other row operations (the same arithmetic everywhere).
+        let activation = self;
+        dispatch_isa!(apply_activation(activation: Activation, x: &mut [f32]) -> ())
+    }
+}
+
+#[inline(always)]
+fn apply_activation(activation: Activation, x: &mut [f32]) {
+    {
+        match activation {
+            Activation::Relu => {
+                for v in x.iter_mut() {
+                    *v = v.max(0.0);
+                }
+            }
             Activation::GeluTanh => x.iter_mut().for_each(|v| {
                 let u = *v;
                 *v = 0.5 * u * (1.0 + (0.797_884_6 * (u + 0.044715 * u * u * u)).tanh());

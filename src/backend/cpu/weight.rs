@@ -1,7 +1,8 @@
 //! A Linear layer's weight in the form its compute type multiplies: float32, int8 or int16,
 //! packed once at load.
 use super::int16::{matmul_i16, PackedI16Matrix};
-use super::int8::{matmul_i8, PackedI8Matrix};
+use super::int8::{matmul_i8, matmul_i8_relu, PackedI8Matrix};
+use super::ops::Activation;
 use super::packed::{matmul_packed, PackedMatrix};
 
 pub enum PackedWeight {
@@ -44,6 +45,18 @@ impl PackedWeight {
             PackedWeight::Float32(w) => matmul_packed(x, w, bias, y, m, threads),
             PackedWeight::Int8(w) => matmul_i8(x, w, bias, y, m, threads),
             PackedWeight::Int16(w) => matmul_i16(x, w, bias, y, m, threads),
+        }
+    }
+
+    /// [`matmul`](Self::matmul) followed by ReLU: fused into the int8 kernels' epilogue,
+    /// a second pass for the others.
+    pub fn matmul_relu(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
+        match self {
+            PackedWeight::Int8(w) => matmul_i8_relu(x, w, bias, true, y, m, threads),
+            _ => {
+                self.matmul(x, bias, y, m, threads);
+                Activation::Relu.apply(&mut y[..m * self.rows()]);
+            }
         }
     }
 }
