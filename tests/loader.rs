@@ -249,3 +249,16 @@ fn intra_threads_do_not_change_quantized_results() {
         assert_eq!(run(1), run(3), "{compute_type:?}");
     }
 }
+
+#[test]
+fn long_beam_searches_keep_memory_bounded() {
+    // Beam reordering copies key/value caches from row to row; their buffers must be
+    // sized from lengths (a capacity handed down the rows compounded to 64 GB once).
+    let dir = write_model_dir(&temp_dir("longbeam"), &tiny_model_bin(2, VOCAB), &tiny_vocabulary(VOCAB));
+    let model = load(&dir).unwrap();
+    let t = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+    let src: Vec<Vec<String>> = (0..4).map(|i| vec![format!("w{}", 3 + i)]).collect();
+    let opts = TranslateOptions { beam_size: 4, max_decoding_length: 250, min_decoding_length: 250, ..Default::default() };
+    let out = t.translate_batch(&src, None, &opts).unwrap();
+    assert!(out.iter().all(|r| r.hypotheses[0].len() == 250));
+}

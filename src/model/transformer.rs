@@ -251,9 +251,10 @@ impl DecoderState {
                     } else {
                         let mut copy = spare.pop().unwrap_or_default();
                         copy.clear();
-                        // Room for the coming steps, so the next append does not copy the
-                        // whole history a second time.
-                        copy.reserve(old[s].capacity().max(old[s].len() * 5 / 4 + 64));
+                        // Room for a few coming steps, so the next append does not copy the
+                        // whole history a second time. Sized from the length, never from a
+                        // capacity: capacities passed from row to row would compound.
+                        copy.reserve_exact(old[s].len() * 5 / 4 + 64);
                         copy.extend_from_slice(&old[s]);
                         copy
                     }
