@@ -14,6 +14,7 @@
 //! exact while `Σ|x| < 2097` over its row (|acc| <= 1024 · 1000 · Σ|x| < 2^31), CT2/MKL's limit too;
 //! beyond that every path wraps modulo 2^32 alike, so all ISAs stay bit-identical.
 use super::isa::{self, Isa};
+use super::OutPtr;
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
@@ -149,17 +150,6 @@ fn store_rows(acc: &[[i32; NR]; MR], rows: usize, e: &Epilogue, y: &mut [f32], l
     }
 }
 
-/// The output pointer shared by the threads of one product (they write disjoint columns).
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: the threads of one product write disjoint columns of `y` (see matmul_i16).
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-impl OutPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
 
 /// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`, with CTranslate2's int16 numerics
 /// (see the module comment). With `threads > 1` the panels (disjoint output columns) are
@@ -220,20 +210,7 @@ pub fn matmul_i16(x: &[f32], w: &PackedI16Matrix, bias: Option<&[f32]>, y: &mut 
             }
         }
     };
-    if threads > 1 && m * n * k >= 1 << 20 && panels >= 2 * threads {
-        let chunk = panels.div_ceil(threads);
-        rayon::scope(|s| {
-            for t in 0..threads {
-                let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
-                if p0 < p1 {
-                    let run = &run;
-                    s.spawn(move |_| run(p0, p1));
-                }
-            }
-        });
-    } else {
-        run(0, panels);
-    }
+    super::split_panels(panels, threads, m * n * k, run);
 }
 
 /// The reference kernel: `acc[r][c] = Σ x[r][k] * w[c][k]` over the packed layouts,

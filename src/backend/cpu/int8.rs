@@ -15,6 +15,7 @@
 //! `x` (products <= 127 * 127, pair sums < 2^15): every path is exact and all of them give
 //! bit-identical results.
 use super::isa::{self, Isa};
+use super::OutPtr;
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
@@ -225,11 +226,6 @@ fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f3
     super::isa::dispatch_isa!(generic(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f32)
 }
 
-/// The output pointer shared by the threads of one product (they write disjoint columns).
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
 
 /// One panel's share of the epilogue: scales, compensation and bias of its columns.
 struct PanelEpilogue {
@@ -377,20 +373,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
             }
         }
     };
-    if threads > 1 && m * n * w.k >= 1 << 20 && panels >= 2 * threads {
-        let chunk = panels.div_ceil(threads);
-        rayon::scope(|s| {
-            for t in 0..threads {
-                let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
-                if p0 < p1 {
-                    let run = &run;
-                    s.spawn(move |_| run(p0, p1));
-                }
-            }
-        });
-    } else {
-        run(0, panels);
-    }
+    super::split_panels(panels, threads, m * n * w.k, run);
 }
 
 /// The reference kernel: `acc[r][c] = Σk a[r][k] * w[c][k]` over the packed layouts, with

@@ -20,3 +20,37 @@ impl Default for Ctx {
         Ctx { threads: 1 }
     }
 }
+
+/// The output pointer shared by the threads of one matrix product: each writes its own
+/// columns of `y`, so no two threads touch the same element.
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(pub *mut f32);
+// SAFETY: see above; the products that share it write disjoint columns.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    pub fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Runs `run(p0, p1)` over the panels `0..panels` (disjoint output columns): split across
+/// `threads` of the current rayon pool when the product (`work` multiply-adds) is worth
+/// it, else on this thread.
+pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl Fn(usize, usize) + Sync) {
+    if threads > 1 && work >= 1 << 20 && panels >= 2 * threads {
+        let chunk = panels.div_ceil(threads);
+        rayon::scope(|s| {
+            for t in 0..threads {
+                let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
+                if p0 < p1 {
+                    let run = &run;
+                    s.spawn(move |_| run(p0, p1));
+                }
+            }
+        });
+    } else {
+        run(0, panels);
+    }
+}

@@ -8,6 +8,7 @@
 //! 8 rows multiplies them, AVX2+FMA blocks of rows per panel; a portable scalar reference
 //! checks both. The kernel is chosen at run time.
 use super::isa::{self, FloatLevel};
+use super::OutPtr;
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
@@ -145,20 +146,7 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
             }
         }
     };
-    if threads > 1 && m * n * k >= 1 << 20 && panels >= 2 * threads {
-        let chunk = panels.div_ceil(threads);
-        rayon::scope(|s| {
-            for t in 0..threads {
-                let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
-                if p0 < p1 {
-                    let run = &run;
-                    s.spawn(move |_| run(p0, p1));
-                }
-            }
-        });
-    } else {
-        run(0, panels);
-    }
+    super::split_panels(panels, threads, m * n * k, run);
 }
 
 /// Rows of `x` regrouped 8 at a time as `[group][k][8]`, the last group zero-padded.
@@ -175,16 +163,6 @@ fn interleave_rows(x: &[f32], m: usize, k: usize) -> Vec<f32> {
     out
 }
 
-/// The output pointer shared by the threads of one product (they write disjoint columns).
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-impl OutPtr {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
 
 /// Inputs of one panel product: rows of `x` (row stride `k`) times one packed panel.
 struct Tile<'a> {
