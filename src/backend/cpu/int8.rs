@@ -429,6 +429,22 @@ mod x86 {
         }
     }
 
+    /// Calls the register-tiled kernel instantiated for the tile's row count (1..=8).
+    macro_rules! by_rows {
+        ($kernel:ident, $rows:expr, $($arg:expr),*) => {
+            match $rows {
+                8 => $kernel::<8>($($arg),*),
+                7 => $kernel::<7>($($arg),*),
+                6 => $kernel::<6>($($arg),*),
+                5 => $kernel::<5>($($arg),*),
+                4 => $kernel::<4>($($arg),*),
+                3 => $kernel::<3>($($arg),*),
+                2 => $kernel::<2>($($arg),*),
+                _ => $kernel::<1>($($arg),*),
+            }
+        };
+    }
+
     /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
     #[inline(always)]
     unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
@@ -438,16 +454,7 @@ mod x86 {
     /// AVX-512 VNNI: up to 8 rows x 32 columns, 2 zmm accumulators per row.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub unsafe fn tile_avx512_vnni(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        match t.rows {
-            8 => vnni512::<8>(a, panel, kp, t),
-            7 => vnni512::<7>(a, panel, kp, t),
-            6 => vnni512::<6>(a, panel, kp, t),
-            5 => vnni512::<5>(a, panel, kp, t),
-            4 => vnni512::<4>(a, panel, kp, t),
-            3 => vnni512::<3>(a, panel, kp, t),
-            2 => vnni512::<2>(a, panel, kp, t),
-            _ => vnni512::<1>(a, panel, kp, t),
-        }
+        by_rows!(vnni512, t.rows, a, panel, kp, t)
     }
 
     #[inline]
@@ -481,16 +488,7 @@ mod x86 {
     /// AVX-512BW without VNNI: `vpmaddubsw(|x|, w · sign(x))` then `vpmaddwd` by ones.
     #[target_feature(enable = "avx512f,avx512bw")]
     pub unsafe fn tile_avx512_bw(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        match t.rows {
-            8 => bw512::<8>(a, panel, kp, t),
-            7 => bw512::<7>(a, panel, kp, t),
-            6 => bw512::<6>(a, panel, kp, t),
-            5 => bw512::<5>(a, panel, kp, t),
-            4 => bw512::<4>(a, panel, kp, t),
-            3 => bw512::<3>(a, panel, kp, t),
-            2 => bw512::<2>(a, panel, kp, t),
-            _ => bw512::<1>(a, panel, kp, t),
-        }
+        by_rows!(bw512, t.rows, a, panel, kp, t)
     }
 
     #[inline]
