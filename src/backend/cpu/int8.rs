@@ -445,6 +445,21 @@ mod x86 {
         };
     }
 
+    /// Runs a 256-bit kernel over the tile's rows two at a time (`$kernel::<R>(a, r0, ...)`),
+    /// then the odd row left.
+    macro_rules! by_row_pairs {
+        ($kernel:ident, $a:expr, $panel:expr, $kp:expr, $t:expr) => {{
+            let mut r = 0;
+            while r + 2 <= $t.rows {
+                $kernel::<2>($a, r, $panel, $kp, $t);
+                r += 2;
+            }
+            if r < $t.rows {
+                $kernel::<1>($a, r, $panel, $kp, $t);
+            }
+        }};
+    }
+
     /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
     #[inline(always)]
     unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
@@ -527,14 +542,7 @@ mod x86 {
     /// AVX-VNNI (256-bit): rows two at a time x 32 columns (4 ymm per row).
     #[target_feature(enable = "avx2,fma,avxvnni")]
     pub unsafe fn tile_avx_vnni(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        let mut r = 0;
-        while r + 2 <= t.rows {
-            vnni256::<2>(a, r, panel, kp, t);
-            r += 2;
-        }
-        if r < t.rows {
-            vnni256::<1>(a, r, panel, kp, t);
-        }
+        by_row_pairs!(vnni256, a, panel, kp, t)
     }
 
     #[inline]
@@ -565,14 +573,7 @@ mod x86 {
     /// AVX2: `vpmaddubsw(|x|, vpsignb(w, x))` then `vpmaddwd` by ones, rows two at a time.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn tile_avx2(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        let mut r = 0;
-        while r + 2 <= t.rows {
-            avx2::<2>(a, r, panel, kp, t);
-            r += 2;
-        }
-        if r < t.rows {
-            avx2::<1>(a, r, panel, kp, t);
-        }
+        by_row_pairs!(avx2, a, panel, kp, t)
     }
 
     #[inline]
