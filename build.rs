@@ -1,5 +1,5 @@
 //! Build script: sets the SONAME of the shared library, writes the pkg-config file and
-//! regenerates `include/tolk.h` from `src/capi.rs` with cbindgen (the header is committed;
+//! regenerates `include/tolk.h` from `src/capi/`  with cbindgen (the header is committed;
 //! CI fails when the committed copy drifts from what this generates).
 use std::{env, fs, path::PathBuf};
 
@@ -12,7 +12,7 @@ fn main() {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libtolk.so.{major}");
     }
 
-    println!("cargo:rerun-if-changed=src/capi.rs");
+    println!("cargo:rerun-if-changed=src/capi");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-changed=build.rs");
 
@@ -21,7 +21,7 @@ fn main() {
         .expect("cbindgen.toml is valid");
     match cbindgen::Builder::new()
         .with_config(config)
-        .with_src(manifest_dir.join("src").join("capi.rs"))
+        .with_src(manifest_dir.join("src").join("capi").join("mod.rs"))
         .generate()
     {
         Ok(bindings) => {

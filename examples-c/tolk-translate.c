@@ -1,12 +1,16 @@
 /*
- * tolk-translate: translate one sentence per line from stdin to stdout with libtolk.
+ * tolk-translate: translate stdin to stdout line by line with libtolk.
  *
+ *   tolk-translate --model DIR [--beam N] < text > translation
  *   tolk-translate --model DIR --tokens [--beam N] [--n-best N] [--scores] < in > out
  *
+ * Text mode (default): every input line is plain UTF-8 text, cut into sentences, tokenized
+ * with the model package's SentencePiece model, translated and detokenized; each output
+ * line is the translation of the input line (empty lines stay empty).
  * With --tokens, input lines are space-separated tokens (e.g. SentencePiece pieces) and
  * output lines are space-separated target tokens; an empty line is an empty sentence.
- * All of stdin is translated in one tolk_translate_batch call: the library sorts by
- * length and splits into batches of --max-batch-size itself.
+ * All of stdin is translated in one call: the library sorts by length and splits into
+ * batches of --max-batch-size itself.
  *
  * Exit status: 0 on success, 1 when the library reports an error, 2 on bad usage.
  */
@@ -22,9 +26,16 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: tolk-translate --model DIR --tokens [options] < input > output\n"
+            "usage: tolk-translate --model DIR [options] < input > output\n"
             "  --model DIR              CTranslate2 model directory (required)\n"
             "  --tokens                 input/output lines are space-separated tokens\n"
+            "                           (default: plain text lines)\n"
+            "  --split MODE             text mode: sentences|line, how a line is cut\n"
+            "                           (default sentences; line = the line is one sentence)\n"
+            "  --max-sentence-tokens N  text mode: longer sentences are wrapped (default 128)\n"
+            "  --source-spm FILE        text mode: source SentencePiece model (default: found\n"
+            "                           in the model package)\n"
+            "  --target-spm FILE        text mode: target SentencePiece model\n"
             "  --compute-type T         default|auto|float32|int8|int16 (default: as saved)\n"
             "  --beam N                 beam size, 1 = greedy (default 2)\n"
             "  --n-best N               hypotheses per sentence, one line each, best first\n"
@@ -35,6 +46,7 @@ static void usage(FILE *out) {
             "  --max-decoding-length N  most tokens generated per sentence (default 256)\n"
             "  --length-penalty F       scores are divided by length^F (default 1)\n"
             "  --scores                 prefix each line with its score and \" ||| \"\n"
+            "                           (text mode: the sentence scores, comma-separated)\n"
             "  --verbose                print the library version and CPU kernel path\n"
             "  --help                   show this help\n");
 }
@@ -43,8 +55,10 @@ static void usage(FILE *out) {
 typedef struct {
     const char *model_dir;
     bool tokens_mode, scores, verbose;
+    TolkModelOptions model;
     TolkTranslatorOptions translator;
     TolkTranslateOptions translate;
+    TolkTextOptions text;
 } Cli;
 
 /* Parses a non-negative integer that fits the uint32_t option fields. strtoul alone would
@@ -86,8 +100,10 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         else if (!strcmp(a, "--max-batch-size")) number = &cli->translate.max_batch_size;
         else if (!strcmp(a, "--intra-threads")) number = &cli->translator.intra_threads;
         else if (!strcmp(a, "--max-decoding-length")) number = &cli->translate.max_decoding_length;
+        else if (!strcmp(a, "--max-sentence-tokens")) number = &cli->text.max_sentence_tokens;
         else if (strcmp(a, "--model") && strcmp(a, "--compute-type") && strcmp(a, "--batch-type") &&
-                 strcmp(a, "--length-penalty")) {
+                 strcmp(a, "--length-penalty") && strcmp(a, "--split") && strcmp(a, "--source-spm") &&
+                 strcmp(a, "--target-spm")) {
             fprintf(stderr, "tolk-translate: unknown option %s (see --help)\n", a);
             return 2;
         }
@@ -104,7 +120,18 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         } else if (!strcmp(a, "--model")) {
             cli->model_dir = v;
         } else if (!strcmp(a, "--compute-type")) {
-            cli->translator.compute_type = v; /* the library validates it */
+            cli->model.compute_type = v; /* the library validates it */
+        } else if (!strcmp(a, "--source-spm")) {
+            cli->model.source_tokenizer = v;
+        } else if (!strcmp(a, "--target-spm")) {
+            cli->model.target_tokenizer = v;
+        } else if (!strcmp(a, "--split")) {
+            if (!strcmp(v, "sentences")) cli->text.split_mode = TOLK_SPLIT_SENTENCES;
+            else if (!strcmp(v, "line")) cli->text.split_mode = TOLK_SPLIT_LINES;
+            else {
+                fprintf(stderr, "tolk-translate: --split must be sentences or line, got \"%s\"\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--batch-type")) {
             if (!strcmp(v, "examples")) cli->translate.batch_type = TOLK_BATCH_EXAMPLES;
             else if (!strcmp(v, "tokens")) cli->translate.batch_type = TOLK_BATCH_TOKENS;
@@ -125,8 +152,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         fprintf(stderr, "tolk-translate: --model DIR is required (see --help)\n");
         return 2;
     }
-    if (!cli->tokens_mode) {
-        fprintf(stderr, "tolk-translate: text mode needs the tokenizer (not available yet); use --tokens\n");
+    if (!cli->tokens_mode && cli->translate.num_hypotheses > 1) {
+        fprintf(stderr, "tolk-translate: --n-best needs --tokens (text mode returns one translation)\n");
         return 2;
     }
     return -1;
@@ -164,8 +191,9 @@ static bool reserve(void **array, size_t *cap, size_t need, size_t elem) {
     return true;
 }
 
-/* Reads lines of any length (getline) until EOF; false on a read error or out of memory. */
-static bool read_input(FILE *f, Input *in) {
+/* Reads lines of any length (getline) until EOF, split into tokens when `tokenize`, else
+ * kept whole without their line break; false on a read error or out of memory. */
+static bool read_input(FILE *f, bool tokenize, Input *in) {
     char *line = NULL;
     size_t line_cap = 0;
     bool ok = true;
@@ -179,6 +207,11 @@ static bool read_input(FILE *f, Input *in) {
         s->first = in->num_tokens;
         line = NULL;
         line_cap = 0;
+        if (!tokenize) {
+            s->line[strcspn(s->line, "\r\n")] = '\0';
+            s->length = 0;
+            continue;
+        }
         char *save = NULL;
         for (char *tok = strtok_r(s->line, " \t\r\n", &save); tok; tok = strtok_r(NULL, " \t\r\n", &save)) {
             if (!reserve((void **)&in->tokens, &in->tokens_cap, in->num_tokens + 1, sizeof *in->tokens)) {
@@ -212,8 +245,44 @@ static int print_result(const TolkResult *result, const Cli *cli) {
     return 0;
 }
 
+/* Text mode: every line is one text; prints one translated line per input line. */
+static int translate_lines(const TolkTranslator *translator, const Input *in, const Cli *cli) {
+    const char **texts = malloc((in->count ? in->count : 1) * sizeof *texts);
+    if (texts == NULL) {
+        fprintf(stderr, "tolk-translate: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < in->count; i++) texts[i] = in->sentences[i].line;
+    TolkTextResult *result = NULL;
+    int status = 0;
+    if (tolk_translate_text_batch(translator, texts, NULL, in->count, &cli->translate, &cli->text, &result) != TOLK_OK) {
+        fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
+        status = 1;
+    }
+    for (size_t i = 0; status == 0 && i < tolk_text_result_count(result); i++) {
+        if (cli->scores) {
+            size_t n = tolk_text_result_num_sentences(result, i);
+            for (size_t j = 0; j < n; j++) {
+                float score = 0;
+                tolk_text_result_sentence(result, i, j, NULL, NULL, NULL, NULL, &score);
+                printf(j ? ",%.6f" : "%.6f", score);
+            }
+            printf(" ||| ");
+        }
+        puts(tolk_text_result_text(result, i, NULL));
+    }
+    tolk_text_result_free(result);
+    free(texts);
+    return status;
+}
+
 int main(int argc, char **argv) {
-    Cli cli = {.translator = tolk_translator_options_default(), .translate = tolk_translate_options_default()};
+    Cli cli = {
+        .model = tolk_model_options_default(),
+        .translator = tolk_translator_options_default(),
+        .translate = tolk_translate_options_default(),
+        .text = tolk_text_options_default(),
+    };
     int status = parse_args(argc, argv, &cli);
     if (status >= 0) return status;
     cli.translate.return_scores = cli.scores;
@@ -229,18 +298,20 @@ int main(int argc, char **argv) {
     size_t *lengths = NULL;
     status = 1;
     /* The model is loaded for the compute type asked for, so no second copy is made. */
-    TolkModelOptions model_options = tolk_model_options_default();
-    model_options.compute_type = cli.translator.compute_type;
-    if (tolk_model_load_with_options(cli.model_dir, &model_options, &model) != TOLK_OK ||
+    if (tolk_model_load_with_options(cli.model_dir, &cli.model, &model) != TOLK_OK ||
         tolk_translator_new(model, &cli.translator, &translator) != TOLK_OK) {
         fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
         goto done;
     }
     if (cli.verbose)
         fprintf(stderr, "compute type: %s\n", tolk_model_compute_type(model));
-    if (!read_input(stdin, &in)) {
+    if (!read_input(stdin, cli.tokens_mode, &in)) {
         fprintf(stderr, "tolk-translate: cannot read the input: %s\n", strerror(errno));
         goto done;
+    }
+    if (!cli.tokens_mode) {
+        status = translate_lines(translator, &in, &cli);
+        goto flush;
     }
     batch = malloc((in.count ? in.count : 1) * sizeof *batch);
     lengths = malloc((in.count ? in.count : 1) * sizeof *lengths);
@@ -257,6 +328,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     status = print_result(result, &cli);
+flush:
     if (fflush(stdout) != 0) {
         fprintf(stderr, "tolk-translate: cannot write the output: %s\n", strerror(errno));
         status = 1;

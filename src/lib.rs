@@ -6,13 +6,17 @@
 //! - [`backend`]: compute kernels (CPU float32);
 //! - [`decode`]: greedy and beam search;
 //! - [`translator`]: batching, options and results;
-//! - [`text`]: tokenization (SentencePiece);
+//! - [`text`]: SentencePiece, a package's tokenizers, sentence splitting, text translation;
 //! - `capi`: the C ABI (`include/tolk.h`).
 //!
 //! ```no_run
-//! use tolk::{Model, TranslateOptions, Translator, TranslatorConfig};
-//! let model = Model::load("models/zh-en-ct2").unwrap();
+//! use tolk::{Model, TextOptions, TranslateOptions, Translator, TranslatorConfig};
+//! let model = Model::load("models/zh-en-ct2").unwrap(); // finds sentencepiece.model too
 //! let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+//! let texts = ["你好。\n我爱你。"];
+//! let out = translator.translate_text(&texts, &TranslateOptions::default(), &TextOptions::default()).unwrap();
+//! println!("{}", out[0].text);
+//! // Or tokens in, tokens out, as CTranslate2's translate_batch:
 //! let source = vec![vec!["▁你好".to_string()]];
 //! let results = translator.translate_batch(&source, None, &TranslateOptions::default()).unwrap();
 //! println!("{:?}", results[0].hypotheses[0]);
@@ -31,18 +35,32 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use error::{Error, ErrorKind, Result};
+pub use text::{SplitMode, TextOptions, TextTranslation, Tokenizer, TokenizerFiles};
 pub use translator::{BatchType, TranslateOptions, TranslationResult};
 
 /// A loaded model: immutable and cheap to clone (shared by reference counting).
 #[derive(Clone)]
 pub struct Model {
     inner: Arc<model::TransformerModel>,
+    tokenizer: Option<Arc<Tokenizer>>,
     path: PathBuf,
+}
+
+/// Settings of [`Model::load_with_options`].
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    pub compute_type: ComputeType,
+    /// SentencePiece model of the source side; `None` = look in the package
+    /// ([`TokenizerFiles::find`]).
+    pub source_tokenizer: Option<PathBuf>,
+    /// SentencePiece model of the target side; `None` = the source one when it covers the
+    /// target vocabulary, else the generic piece rules.
+    pub target_tokenizer: Option<PathBuf>,
 }
 
 impl Model {
     /// Loads a CTranslate2 model directory (`model.bin`, `config.json`, vocabularies) with
-    /// the weights as saved ([`ComputeType::Default`]).
+    /// the weights as saved ([`ComputeType::Default`]) and the package's tokenizer.
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
         Model::load_with(path, ComputeType::Default)
     }
@@ -50,8 +68,32 @@ impl Model {
     /// Loads a model with its weights converted for `compute_type` (quantized or
     /// dequantized at load, as CTranslate2 does).
     pub fn load_with(path: impl AsRef<Path>, compute_type: ComputeType) -> Result<Model> {
+        Model::load_with_options(path, &LoadOptions { compute_type, ..LoadOptions::default() })
+    }
+
+    /// Loads a model with its weights converted for `options.compute_type` and the
+    /// tokenizers named in `options` or found in the package.
+    pub fn load_with_options(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
-        Ok(Model { inner: Arc::new(model::TransformerModel::load(path, compute_type)?), path: path.to_path_buf() })
+        let inner = model::TransformerModel::load(path, options.compute_type)?;
+        let files = match &options.source_tokenizer {
+            Some(source) => TokenizerFiles { source: Some(source.clone()), target: options.target_tokenizer.clone() },
+            None => {
+                let mut found = TokenizerFiles::find(path);
+                if options.target_tokenizer.is_some() {
+                    found.target = options.target_tokenizer.clone();
+                }
+                found
+            }
+        };
+        let vocabulary = &inner.target_vocabulary;
+        let tokenizer = Tokenizer::load(&files, (0..vocabulary.len() as u32).map(|id| vocabulary.token(id)))?;
+        Ok(Model { inner: Arc::new(inner), tokenizer: tokenizer.map(Arc::new), path: path.to_path_buf() })
+    }
+
+    /// The tokenizer found in (or given for) the package, if any: needed for text translation.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_deref()
     }
 
     /// The compute type the weights were loaded for (never `Default` or `Auto`).
@@ -65,9 +107,10 @@ impl Model {
 }
 
 /// Numeric precision of the computation, named as in CTranslate2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ComputeType {
     /// The type the weights are saved in (int8 -> int8, int16 -> int16, else float32).
+    #[default]
     Default,
     /// The fastest type for this CPU: int8 where SIMD integer kernels exist.
     Auto,
@@ -142,6 +185,8 @@ impl Default for TranslatorConfig {
 /// Translates batches with one model; see [`translator::Translator`].
 pub struct Translator {
     inner: translator::Translator,
+    tokenizer: Option<Arc<Tokenizer>>,
+    model_path: PathBuf,
 }
 
 impl Translator {
@@ -158,7 +203,11 @@ impl Translator {
         } else {
             Arc::new(model::TransformerModel::load(&model.path, resolved)?)
         };
-        Ok(Translator { inner: translator::Translator::new(weights, config.intra_threads)? })
+        Ok(Translator {
+            inner: translator::Translator::new(weights, config.intra_threads)?,
+            tokenizer: model.tokenizer.clone(),
+            model_path: model.path.clone(),
+        })
     }
 
     pub fn translate_batch(
@@ -168,5 +217,26 @@ impl Translator {
         options: &TranslateOptions,
     ) -> Result<Vec<TranslationResult>> {
         self.inner.translate_batch(source, target_prefix, options)
+    }
+
+    /// Translates texts (each one independently): sentences are split, tokenized, translated
+    /// in one sorted batch and detokenized; line breaks and spacing between sentences are
+    /// kept. Needs the model's tokenizer ([`Model::tokenizer`]).
+    pub fn translate_text<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &TranslateOptions,
+        text_options: &TextOptions,
+    ) -> Result<Vec<TextTranslation>> {
+        let tokenizer = self.tokenizer.as_deref().ok_or_else(|| {
+            Error::unsupported(format!(
+                "text translation needs a SentencePiece model and none was found for {} (looked for source.spm + \
+                 target.spm, srcvocab.*.spm + trgvocab.*.spm, sentencepiece.model, spm.model, \
+                 sentencepiece.bpe.model, vocab.*.spm in it and its parent directory): name one in the load \
+                 options, or translate tokens",
+                self.model_path.display()
+            ))
+        })?;
+        text::translate::translate_texts(&self.inner, tokenizer, texts, options, text_options)
     }
 }

@@ -65,6 +65,35 @@ pub struct SentencePiece {
     unk_piece: String,
 }
 
+/// One piece of an encoding with the byte range of the original text it came from.
+///
+/// `range` is the reference's `begin`/`end` (`SentencePieceText.SentencePiece`): the
+/// original bytes whose normalization the piece covers. Normalization makes a few cases
+/// worth knowing:
+///
+/// - the dummy-prefix `▁` comes from no input byte: a piece that is only `▁` has an empty
+///   range where the text after it starts, and `▁hello` covers just `hello`;
+/// - whitespace the normalizer removes belongs to the piece after it (`"a  b"` gives
+///   `▁a` = `0..1`, `▁b` = `1..4`); removed leading and trailing whitespace belongs to no
+///   piece;
+/// - a character the charsmap rewrites into several (`ﬁ` to `fi`, `㍻` to `平成`) is
+///   covered by the piece holding the end of its replacement: a piece ending inside the
+///   replacement ends where the character starts (`㍻` gives `▁` = `0..0`, `平` = `0..0`,
+///   `成` = `0..3`);
+/// - with byte fallback, an unknown character becomes one piece per UTF-8 byte: the last
+///   covers the character, the others have an empty range at its start;
+/// - a run of unknown characters merged into one piece covers the whole run.
+///
+/// Consecutive ranges touch (`ranges[i].end == ranges[i + 1].start`) and lie on `char`
+/// boundaries of the text (a model whose charsmap rewrites part of a character has its
+/// offsets moved back to the character's start), so `&text[range]` is the piece's surface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedPiece {
+    pub piece: String,
+    pub id: u32,
+    pub range: std::ops::Range<usize>,
+}
+
 /// A token over the normalized text: the byte range it covers and its id.
 #[derive(Clone, Copy)]
 struct Token {
@@ -317,6 +346,30 @@ impl SentencePiece {
             .collect()
     }
 
+    /// Encodes `text` like [`encode_with_ids`](Self::encode_with_ids), with each piece's
+    /// byte range in `text` (the reference's `begin`/`end` of `SentencePieceText`; see
+    /// [`EncodedPiece`] for the details).
+    pub fn encode_with_offsets(&self, text: &str) -> Vec<EncodedPiece> {
+        let (normalized, alignment) = self
+            .normalizer
+            .normalize_with_alignment(text, self.user_matcher.as_ref());
+        let orig = |i: usize| {
+            let mut at = alignment.get(i).copied().unwrap_or(text.len()).min(text.len());
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            at
+        };
+        self.tokens(&normalized)
+            .iter()
+            .map(|t| EncodedPiece {
+                piece: self.token_piece(&normalized, t).to_string(),
+                id: t.id,
+                range: orig(t.start)..orig(t.end),
+            })
+            .collect()
+    }
+
     fn token_piece<'a>(&'a self, normalized: &'a str, t: &Token) -> &'a str {
         if t.id == self.unk_id {
             normalized.get(t.start..t.end).unwrap_or("")
@@ -341,10 +394,12 @@ impl SentencePiece {
         for t in raw {
             let is_unk = self.kind(t.id) == PieceType::Unknown;
             if is_unk && self.byte_fallback {
-                for &b in &bytes[t.start..t.end] {
+                // As the reference: the last byte piece covers the character, the
+                // others none of it (an empty range at its start).
+                for (i, &b) in bytes[t.start..t.end].iter().enumerate() {
                     out.push(Token {
                         start: t.start,
-                        end: t.end,
+                        end: if i + 1 == t.end - t.start { t.end } else { t.start },
                         id: self.byte_ids[b as usize],
                     });
                 }

@@ -138,10 +138,38 @@ impl Normalizer {
     /// Normalizes `input` as `Normalizer::Normalize` does. The result is UTF-8 as long as
     /// the charsmap's replacements are (a broken map cannot make it panic: see `lossy`).
     pub fn normalize(&self, input: &str, matcher: Option<&PieceTrie>) -> String {
-        let mut input = input.as_bytes();
+        lossy(self.normalize_into(input, matcher, &mut NoAlignment))
+    }
+
+    /// Normalizes `input` and aligns the result with it (the reference's `norm_to_orig`):
+    /// `alignment[i]` is the byte of `input` the normalized byte `i` comes from, and one
+    /// last entry holds the offset where the input the normalized text stems from ends.
+    pub fn normalize_with_alignment(
+        &self,
+        input: &str,
+        matcher: Option<&PieceTrie>,
+    ) -> (String, Vec<usize>) {
+        let mut alignment = Vec::with_capacity(input.len() * 3 / 2 + 4);
+        let out = self.normalize_into(input, matcher, &mut alignment);
+        if alignment.is_empty() {
+            // Nothing but whitespace: the reference's `norm_to_orig` is empty too.
+            alignment = vec![0];
+        }
+        lossy_aligned(out, alignment)
+    }
+
+    /// The one normalization routine: `align` records `norm_to_orig` (or nothing).
+    #[inline]
+    fn normalize_into<A: Alignment>(
+        &self,
+        text: &str,
+        matcher: Option<&PieceTrie>,
+        align: &mut A,
+    ) -> Vec<u8> {
+        let mut input = text.as_bytes();
         let mut out: Vec<u8> = Vec::with_capacity(input.len() * 3 / 2 + 4);
         if input.is_empty() {
-            return String::new();
+            return out;
         }
         if self.remove_extra_whitespaces {
             while !input.is_empty() {
@@ -153,8 +181,10 @@ impl Normalizer {
             }
         }
         if input.is_empty() {
-            return String::new();
+            return out;
         }
+        // The offset in `text` of what is left of `input` (the reference's `consumed`).
+        let mut consumed = text.len() - input.len();
         let space: &[u8] = if self.escape_whitespaces {
             SPACE_BYTES
         } else {
@@ -162,6 +192,7 @@ impl Normalizer {
         };
         if !self.treat_whitespace_as_suffix && self.add_dummy_prefix {
             out.extend_from_slice(space);
+            align.push(consumed, space.len());
         }
         let mut is_prev_space = self.remove_extra_whitespaces;
         while !input.is_empty() {
@@ -174,30 +205,100 @@ impl Normalizer {
                     for &b in sp {
                         if b == b' ' {
                             out.extend_from_slice(SPACE_BYTES);
+                            align.push(consumed, SPACE_BYTES.len());
                         } else {
                             out.push(b);
+                            align.push(consumed, 1);
                         }
                     }
                 } else {
                     out.extend_from_slice(sp);
+                    align.push(consumed, sp.len());
                 }
                 is_prev_space = sp.last() == Some(&b' ');
             }
             input = &input[len..];
+            consumed += len;
             if !self.remove_extra_whitespaces {
                 is_prev_space = false;
             }
         }
         if self.remove_extra_whitespaces {
             while out.ends_with(space) {
-                out.truncate(out.len() - space.len());
+                let len = out.len() - space.len();
+                // The text consumed ends where the removed space came from.
+                if let Some(orig) = align.truncate(len) {
+                    consumed = orig;
+                }
+                out.truncate(len);
             }
         }
         if self.treat_whitespace_as_suffix && self.add_dummy_prefix {
             out.extend_from_slice(space);
+            align.push(consumed, space.len());
         }
-        lossy(out)
+        align.push(consumed, 1);
+        out
     }
+}
+
+/// Where `Normalizer::normalize_into` records the origin of each normalized byte.
+trait Alignment {
+    /// `count` more normalized bytes come from the input byte `orig`.
+    fn push(&mut self, orig: usize, count: usize);
+    /// Keeps the first `len` entries; returns the first entry removed.
+    fn truncate(&mut self, len: usize) -> Option<usize>;
+}
+
+/// Plain normalization: records nothing (compiles to nothing).
+struct NoAlignment;
+
+impl Alignment for NoAlignment {
+    #[inline(always)]
+    fn push(&mut self, _: usize, _: usize) {}
+    #[inline(always)]
+    fn truncate(&mut self, _: usize) -> Option<usize> {
+        None
+    }
+}
+
+impl Alignment for Vec<usize> {
+    #[inline]
+    fn push(&mut self, orig: usize, count: usize) {
+        let n = self.len() + count;
+        self.resize(n, orig);
+    }
+    fn truncate(&mut self, len: usize) -> Option<usize> {
+        let first = self.get(len).copied();
+        Vec::truncate(self, len);
+        first
+    }
+}
+
+/// `lossy` keeping an alignment in step: each U+FFFD standing for invalid bytes comes
+/// from the first of them.
+fn lossy_aligned(bytes: Vec<u8>, alignment: Vec<usize>) -> (String, Vec<usize>) {
+    let bytes = match String::from_utf8(bytes) {
+        Ok(s) => return (s, alignment),
+        Err(e) => e.into_bytes(),
+    };
+    let mut text = String::with_capacity(bytes.len() + 8);
+    let mut aligned = Vec::with_capacity(alignment.len() + 8);
+    let mut at = 0;
+    for chunk in bytes.utf8_chunks() {
+        let valid = chunk.valid();
+        text.push_str(valid);
+        aligned.extend_from_slice(&alignment[at..at + valid.len()]);
+        at += valid.len();
+        let invalid = chunk.invalid();
+        if !invalid.is_empty() {
+            text.push('\u{FFFD}');
+            aligned.extend(std::iter::repeat_n(alignment[at], REPLACEMENT.len()));
+            at += invalid.len();
+        }
+    }
+    aligned.extend_from_slice(&alignment[at..]);
+    (text, aligned)
 }
 
 /// Bytes to a `String`, replacing invalid sequences (only a corrupt charsmap produces them).

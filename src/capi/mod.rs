@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 use crate::error::{Error, ErrorKind};
-use crate::{BatchType, ComputeType, Model, TranslateOptions, Translator, TranslatorConfig};
+use crate::{BatchType, ComputeType, LoadOptions, Model, TranslateOptions, Translator, TranslatorConfig};
 
 /// Version of the C ABI described by this header; bumped on incompatible changes.
 pub const TOLK_ABI_VERSION: u32 = 1;
@@ -69,6 +69,13 @@ pub struct TolkModelOptions {
     /// What the weights are converted to at load: "default" (as saved, NULL), "auto"
     /// (int8 where the CPU has integer SIMD), "float32", "int8" (= "int8_float32"), "int16".
     pub compute_type: *const c_char,
+    /// Path of the source SentencePiece model for text translation; NULL = look in the model
+    /// directory and its parent (source.spm + target.spm, srcvocab.*.spm + trgvocab.*.spm,
+    /// sentencepiece.model, spm.model, sentencepiece.bpe.model, vocab.*.spm).
+    pub source_tokenizer: *const c_char,
+    /// Path of the target SentencePiece model; NULL = the source one when it knows the
+    /// target vocabulary, else target pieces are joined by SentencePiece's generic rules.
+    pub target_tokenizer: *const c_char,
 }
 
 /// The result of a batch translation (opaque, immutable).
@@ -216,7 +223,7 @@ trait Versioned: Copy {
 
 macro_rules! versioned {
     ($t:ty { $($field:ident),* }) => {
-        impl Versioned for $t {
+        impl $crate::capi::Versioned for $t {
             fn fields() -> Vec<(usize, usize)> {
                 fn size<T, F>(_: fn(&T) -> &F) -> usize {
                     std::mem::size_of::<F>()
@@ -227,7 +234,9 @@ macro_rules! versioned {
     };
 }
 
-versioned!(TolkModelOptions { struct_size, compute_type });
+pub(crate) use versioned;
+
+versioned!(TolkModelOptions { struct_size, compute_type, source_tokenizer, target_tokenizer });
 versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_threads });
 versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
@@ -315,7 +324,12 @@ pub unsafe extern "C" fn tolk_model_load(path: *const c_char, out_model: *mut *m
 /// Default model loading settings (compute type "default").
 #[no_mangle]
 pub extern "C" fn tolk_model_options_default() -> TolkModelOptions {
-    TolkModelOptions { struct_size: std::mem::size_of::<TolkModelOptions>() as u32, compute_type: ptr::null() }
+    TolkModelOptions {
+        struct_size: std::mem::size_of::<TolkModelOptions>() as u32,
+        compute_type: ptr::null(),
+        source_tokenizer: ptr::null(),
+        target_tokenizer: ptr::null(),
+    }
 }
 
 /// Loads a CTranslate2 model directory with its weights converted for
@@ -338,8 +352,13 @@ pub unsafe extern "C" fn tolk_model_load_with_options(
         let path = opt_str(path, "path")?.unwrap_or_default();
         let defaults = tolk_model_options_default();
         let opts = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
-        let compute_type = ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?;
-        let model = Model::load_with(path, compute_type)?;
+        let path_of = |p, what| opt_str(p, what).map(|s| s.map(std::path::PathBuf::from));
+        let load = LoadOptions {
+            compute_type: ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?,
+            source_tokenizer: path_of(opts.source_tokenizer, "source_tokenizer")?,
+            target_tokenizer: path_of(opts.target_tokenizer, "target_tokenizer")?,
+        };
+        let model = Model::load_with_options(path, &load)?;
         *out = Box::into_raw(Box::new(TolkModel { model }));
         Ok(())
     })
@@ -446,6 +465,31 @@ pub extern "C" fn tolk_translate_options_default() -> TolkTranslateOptions {
     }
 }
 
+/// The options a caller passed (NULL = defaults), converted.
+unsafe fn read_translate_options(options: *const TolkTranslateOptions) -> Result<TranslateOptions, Error> {
+        let defaults = tolk_translate_options_default();
+        let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
+        let batch_type = match o.batch_type {
+            0 => BatchType::Examples,
+            1 => BatchType::Tokens,
+            other => return Err(Error::invalid_argument(format!("unknown batch_type {other}"))),
+        };
+        Ok(TranslateOptions {
+            beam_size: o.beam_size as usize,
+            patience: o.patience,
+            length_penalty: o.length_penalty,
+            num_hypotheses: o.num_hypotheses as usize,
+            return_scores: o.return_scores,
+            max_input_length: o.max_input_length as usize,
+            max_decoding_length: o.max_decoding_length as usize,
+            min_decoding_length: o.min_decoding_length as usize,
+            end_token: opt_str(o.end_token, "end_token")?.map(str::to_string),
+            disable_unk: o.disable_unk,
+            max_batch_size: o.max_batch_size as usize,
+            batch_type,
+        })
+}
+
 /// Reads `count` token arrays from C.
 unsafe fn read_token_batch(
     tokens: *const *const *const c_char,
@@ -507,27 +551,7 @@ pub unsafe extern "C" fn tolk_translate_batch(
         let out = non_null(out_result as *const *mut TolkResult, "out_result")? as *mut *mut TolkResult;
         *out = ptr::null_mut();
         let translator = &*non_null(translator, "translator")?;
-        let defaults = tolk_translate_options_default();
-        let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
-        let batch_type = match o.batch_type {
-            0 => BatchType::Examples,
-            1 => BatchType::Tokens,
-            other => return Err(Error::invalid_argument(format!("unknown batch_type {other}")).into()),
-        };
-        let opts = TranslateOptions {
-            beam_size: o.beam_size as usize,
-            patience: o.patience,
-            length_penalty: o.length_penalty,
-            num_hypotheses: o.num_hypotheses as usize,
-            return_scores: o.return_scores,
-            max_input_length: o.max_input_length as usize,
-            max_decoding_length: o.max_decoding_length as usize,
-            min_decoding_length: o.min_decoding_length as usize,
-            end_token: opt_str(o.end_token, "end_token")?.map(str::to_string),
-            disable_unk: o.disable_unk,
-            max_batch_size: o.max_batch_size as usize,
-            batch_type,
-        };
+        let opts = read_translate_options(options)?;
         let source = read_token_batch(source, source_lengths, batch_size, "source", "source_lengths")?;
         let prefix = if target_prefix.is_null() {
             None
@@ -625,3 +649,6 @@ pub unsafe extern "C" fn tolk_result_free(result: *mut TolkResult) {
         let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(result))));
     }
 }
+
+mod text;
+

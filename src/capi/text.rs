@@ -1,0 +1,274 @@
+//! The text part of the C ABI: UTF-8 text in, UTF-8 text out, with the byte ranges and
+//! scores of every translated sentence.
+use std::ffi::{c_char, CStr};
+use std::ptr;
+
+use super::{guard, non_null, read_translate_options, read_versioned, Failure, TolkStatus, TolkTranslateOptions, TolkTranslator};
+use crate::error::Error;
+use crate::{SplitMode, TextOptions, TextTranslation};
+
+/// How texts are cut into the sentences that are translated one by one.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // Values arrive from C as integers.
+pub enum TolkSplitMode {
+    /// Sentences inside each line; line breaks always end a sentence (default).
+    TolkSplitSentences = 0,
+    /// Each non-blank line is one sentence.
+    TolkSplitLines = 1,
+    /// The whole text is one sentence.
+    TolkSplitWhole = 2,
+}
+
+/// Settings of text translation. Always start from `tolk_text_options_default()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TolkTextOptions {
+    /// sizeof(TolkTextOptions), set by the _default() function (ABI versioning).
+    pub struct_size: u32,
+    /// A TolkSplitMode value (default TOLK_SPLIT_SENTENCES).
+    pub split_mode: u32,
+    /// Longer sentences are cut into parts of at most this many source tokens, end token
+    /// included, preferably between words (default 128, Bergamot's max-length-break; 0 =
+    /// default).
+    pub max_sentence_tokens: u32,
+}
+
+super::versioned!(TolkTextOptions { struct_size, split_mode, max_sentence_tokens });
+
+/// Translations of a batch of texts (opaque, immutable).
+pub struct TolkTextResult {
+    texts: Vec<TextTranslation>,
+    /// The same texts, NUL-terminated for C.
+    c_texts: Vec<Vec<u8>>,
+}
+
+/// Default text settings (sentence splitting, 128 tokens at most per sentence).
+#[no_mangle]
+pub extern "C" fn tolk_text_options_default() -> TolkTextOptions {
+    TolkTextOptions {
+        struct_size: std::mem::size_of::<TolkTextOptions>() as u32,
+        split_mode: TolkSplitMode::TolkSplitSentences as u32,
+        max_sentence_tokens: crate::text::translate::DEFAULT_MAX_SENTENCE_TOKENS as u32,
+    }
+}
+
+unsafe fn read_text_options(options: *const TolkTextOptions) -> Result<TextOptions, Error> {
+    let defaults = tolk_text_options_default();
+    let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
+    let split_mode = match o.split_mode {
+        0 => SplitMode::Sentences,
+        1 => SplitMode::Lines,
+        2 => SplitMode::Whole,
+        other => return Err(Error::invalid_argument(format!("unknown split_mode {other}"))),
+    };
+    Ok(TextOptions { split_mode, max_sentence_tokens: o.max_sentence_tokens as usize })
+}
+
+/// Reads text `i` of a batch: `lengths` NULL means NUL-terminated strings.
+unsafe fn read_text<'a>(texts: *const *const c_char, lengths: *const usize, i: usize) -> Result<&'a str, Failure> {
+    let p = *texts.add(i);
+    let bytes = if lengths.is_null() {
+        if p.is_null() {
+            return Err(Error::invalid_argument(format!("texts[{i}] is NULL")).into());
+        }
+        CStr::from_ptr(p).to_bytes()
+    } else {
+        let n = *lengths.add(i);
+        if n == 0 {
+            return Ok("");
+        }
+        if p.is_null() {
+            return Err(Error::invalid_argument(format!("texts[{i}] is NULL but its length is {n}")).into());
+        }
+        std::slice::from_raw_parts(p as *const u8, n)
+    };
+    std::str::from_utf8(bytes).map_err(|e| {
+        Error::invalid_argument(format!("texts[{i}] is not valid UTF-8 (at byte {})", e.valid_up_to())).into()
+    })
+}
+
+/// Translates `count` texts. Each text is cut into sentences (see TolkTextOptions), the
+/// sentences of all texts are translated together in batches sorted by length, and each
+/// translation is written back between the source's own spaces and line breaks.
+///
+/// `texts[i]` is UTF-8; `text_lengths` gives each length in bytes, or is NULL when the
+/// texts are NUL-terminated. `options` (NULL = defaults: beam 2, batches of 32 sentences
+/// when max_batch_size is 0) must ask for one hypothesis; set return_scores for sentence
+/// scores. `text_options` may be NULL. The model needs a SentencePiece model (found in its
+/// package or named in TolkModelOptions). On success `*out_result` receives a result to
+/// release with tolk_text_result_free.
+///
+/// # Safety
+/// `texts` (and `text_lengths` unless NULL) must hold `count` entries; each text readable
+/// for its length (or up to its NUL).
+#[no_mangle]
+pub unsafe extern "C" fn tolk_translate_text_batch(
+    translator: *const TolkTranslator,
+    texts: *const *const c_char,
+    text_lengths: *const usize,
+    count: usize,
+    options: *const TolkTranslateOptions,
+    text_options: *const TolkTextOptions,
+    out_result: *mut *mut TolkTextResult,
+) -> TolkStatus {
+    guard("tolk_translate_text_batch", || {
+        let mut batch = Vec::with_capacity(count.min(1 << 16));
+        if count > 0 {
+            non_null(texts, "texts")?;
+            for i in 0..count {
+                batch.push(read_text(texts, text_lengths, i)?);
+            }
+        }
+        translate(translator, &batch, options, text_options, out_result)
+    })
+}
+
+/// Translates one NUL-terminated UTF-8 text: tolk_translate_text_batch with one text.
+/// Read the translation with tolk_text_result_text(result, 0, NULL).
+///
+/// # Safety
+/// `text` must be NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_translate_text(
+    translator: *const TolkTranslator,
+    text: *const c_char,
+    options: *const TolkTranslateOptions,
+    text_options: *const TolkTextOptions,
+    out_result: *mut *mut TolkTextResult,
+) -> TolkStatus {
+    guard("tolk_translate_text", || {
+        let texts = [non_null(text, "text")?];
+        let text = read_text(texts.as_ptr(), ptr::null(), 0)?;
+        translate(translator, &[text], options, text_options, out_result)
+    })
+}
+
+unsafe fn translate(
+    translator: *const TolkTranslator,
+    texts: &[&str],
+    options: *const TolkTranslateOptions,
+    text_options: *const TolkTextOptions,
+    out_result: *mut *mut TolkTextResult,
+) -> Result<(), Failure> {
+    let out = non_null(out_result as *const *mut TolkTextResult, "out_result")? as *mut *mut TolkTextResult;
+    *out = ptr::null_mut();
+    let translator = &*non_null(translator, "translator")?;
+    let options = read_translate_options(options)?;
+    let text_options = read_text_options(text_options)?;
+    let translated = translator.translator.translate_text(texts, &options, &text_options)?;
+    *out = Box::into_raw(Box::new(TolkTextResult::new(translated)));
+    Ok(())
+}
+
+impl TolkTextResult {
+    fn new(texts: Vec<TextTranslation>) -> TolkTextResult {
+        let c_texts = texts
+            .iter()
+            .map(|t| {
+                let mut bytes = Vec::with_capacity(t.text.len() + 1);
+                bytes.extend_from_slice(t.text.as_bytes());
+                bytes.push(0);
+                bytes
+            })
+            .collect();
+        TolkTextResult { texts, c_texts }
+    }
+}
+
+/// Number of texts in a result (0 for NULL).
+///
+/// # Safety
+/// `result` must be NULL or a live result.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_text_result_count(result: *const TolkTextResult) -> usize {
+    if result.is_null() {
+        return 0;
+    }
+    (*result).texts.len()
+}
+
+/// The translation of text `index`: NUL-terminated UTF-8 owned by the result (valid until
+/// tolk_text_result_free); `*out_length` (if not NULL) receives its length in bytes. NULL
+/// when `result` is NULL or `index` out of range.
+///
+/// # Safety
+/// `result` must be NULL or a live result; `out_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_text_result_text(result: *const TolkTextResult, index: usize, out_length: *mut usize) -> *const c_char {
+    if result.is_null() {
+        return ptr::null();
+    }
+    let result = &*result;
+    let Some(text) = result.c_texts.get(index) else { return ptr::null() };
+    if !out_length.is_null() {
+        *out_length = text.len() - 1;
+    }
+    text.as_ptr() as *const c_char
+}
+
+/// Number of translated sentences (parts, for wrapped long sentences) of text `index` (0 if
+/// NULL or out of range).
+///
+/// # Safety
+/// `result` must be NULL or a live result.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_text_result_num_sentences(result: *const TolkTextResult, index: usize) -> usize {
+    if result.is_null() {
+        return 0;
+    }
+    let result = &*result;
+    result.texts.get(index).map_or(0, |t| t.sentences.len())
+}
+
+/// Sentence `sentence` of text `index`: byte ranges [begin, end) of the source sentence in
+/// the source text and of its translation in the translated text, and its score (NaN unless
+/// return_scores was set). Every out pointer may be NULL.
+///
+/// # Safety
+/// `result` must be a live result; the out pointers NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_text_result_sentence(
+    result: *const TolkTextResult,
+    index: usize,
+    sentence: usize,
+    out_source_begin: *mut usize,
+    out_source_end: *mut usize,
+    out_target_begin: *mut usize,
+    out_target_end: *mut usize,
+    out_score: *mut f32,
+) -> TolkStatus {
+    guard("tolk_text_result_sentence", || {
+        let result = &*non_null(result, "result")?;
+        let text = result.texts.get(index).ok_or_else(|| {
+            Error::out_of_range(format!("text {index} is out of range ({} texts)", result.texts.len()))
+        })?;
+        let s = text.sentences.get(sentence).ok_or_else(|| {
+            Error::out_of_range(format!("sentence {sentence} is out of range ({} sentences)", text.sentences.len()))
+        })?;
+        let put = |p: *mut usize, v: usize| {
+            if !p.is_null() {
+                *p = v;
+            }
+        };
+        put(out_source_begin, s.source.start);
+        put(out_source_end, s.source.end);
+        put(out_target_begin, s.target.start);
+        put(out_target_end, s.target.end);
+        if !out_score.is_null() {
+            *out_score = s.score.unwrap_or(f32::NAN);
+        }
+        Ok(())
+    })
+}
+
+/// Releases a text result and every string it handed out.
+///
+/// # Safety
+/// `result` must be NULL or a pointer from tolk_translate_text(_batch) not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_text_result_free(result: *mut TolkTextResult) {
+    if !result.is_null() {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(Box::from_raw(result))));
+    }
+}
