@@ -1,8 +1,20 @@
 """ctypes binding for the Tolk C API (include/tolk.h).
 
-A small, dependency-free wrapper that mirrors ``ctranslate2.Translator``::
+A small, dependency-free wrapper that mirrors ``ctranslate2.Translator`` and adds
+text in / text out translation with the SentencePiece model of the package::
 
     import tolk
+
+    with tolk.Translator("models/zh-en-ct2", compute_type="int8") as translator:
+        print(translator.translate_text("你好，世界。今天天气很好。", beam_size=4))
+        # Several texts in one call (their sentences are batched together):
+        print(translator.translate_text(["第一段。", "第二段。\\n第三行。"]))
+        # The translated sentences with their places in the source and the result:
+        doc = translator.translate_text("你好。世界。", return_sentences=True)
+        for s in doc.sentences:
+            print(s.source_span, s.source, "->", s.target_span, s.target)
+
+Tokens in / tokens out works as in CTranslate2::
 
     with tolk.Model("models/zh-en-ct2") as model, \\
             tolk.Translator(model, compute_type="int8") as translator:
@@ -25,13 +37,16 @@ import ctypes.util
 import math
 import os
 import sys
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "TolkError",
     "Model",
     "Translator",
     "TranslationResult",
+    "TextTranslation",
+    "Sentence",
+    "SPLIT_MODES",
     "version",
     "abi_version",
     "status_string",
@@ -66,6 +81,8 @@ class Status:
 
 
 BATCH_TYPES = {"examples": 0, "tokens": 1}
+# TolkSplitMode: how translate_text cuts texts into the sentences it translates.
+SPLIT_MODES = {"sentences": 0, "lines": 1, "whole": 2}
 
 
 class TolkError(RuntimeError):
@@ -86,6 +103,8 @@ class TolkModelOptions(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
         ("compute_type", ctypes.c_char_p),
+        ("source_tokenizer", ctypes.c_char_p),
+        ("target_tokenizer", ctypes.c_char_p),
     ]
 
 
@@ -119,6 +138,14 @@ class TolkTranslateOptions(ctypes.Structure):
     ]
 
 
+class TolkTextOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("split_mode", ctypes.c_uint32),  # TolkSplitMode
+        ("max_sentence_tokens", ctypes.c_uint32),
+    ]
+
+
 class _TolkModel(ctypes.Structure):
     pass
 
@@ -131,9 +158,14 @@ class _TolkResult(ctypes.Structure):
     pass
 
 
+class _TolkTextResult(ctypes.Structure):
+    pass
+
+
 _ModelP = ctypes.POINTER(_TolkModel)
 _TranslatorP = ctypes.POINTER(_TolkTranslator)
 _ResultP = ctypes.POINTER(_TolkResult)
+_TextResultP = ctypes.POINTER(_TolkTextResult)
 _Status = ctypes.c_int  # enum TolkStatus
 _CharPP = ctypes.POINTER(ctypes.c_char_p)  # const char *const *
 _CharPPP = ctypes.POINTER(_CharPP)  # const char *const *const *
@@ -231,6 +263,45 @@ def _declare(lib):
         ctypes.POINTER(ctypes.c_float),
     )
     fn("tolk_result_free", None, _ResultP)
+
+    fn("tolk_text_options_default", TolkTextOptions)
+    fn(
+        "tolk_translate_text",
+        _Status,
+        _TranslatorP,
+        ctypes.c_char_p,
+        ctypes.POINTER(TolkTranslateOptions),
+        ctypes.POINTER(TolkTextOptions),
+        ctypes.POINTER(_TextResultP),
+    )
+    fn(
+        "tolk_translate_text_batch",
+        _Status,
+        _TranslatorP,
+        _CharPP,  # const char *const *texts
+        ctypes.POINTER(ctypes.c_size_t),  # text_lengths (NULL = NUL-terminated)
+        ctypes.c_size_t,
+        ctypes.POINTER(TolkTranslateOptions),
+        ctypes.POINTER(TolkTextOptions),
+        ctypes.POINTER(_TextResultP),
+    )
+    fn("tolk_text_result_count", ctypes.c_size_t, _TextResultP)
+    # Returns `const char *` that may hold NUL bytes: read it with its length.
+    fn("tolk_text_result_text", ctypes.c_void_p, _TextResultP, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
+    fn("tolk_text_result_num_sentences", ctypes.c_size_t, _TextResultP, ctypes.c_size_t)
+    fn(
+        "tolk_text_result_sentence",
+        _Status,
+        _TextResultP,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_float),
+    )
+    fn("tolk_text_result_free", None, _TextResultP)
     return lib
 
 
@@ -293,6 +364,19 @@ def _encode_token(tok) -> bytes:
     return b
 
 
+def _fspath_or_none(p) -> Optional[str]:
+    return None if p is None else os.fspath(p)
+
+
+def _path_bytes(p: Optional[str]) -> Optional[bytes]:
+    if p is None:
+        return None
+    b = os.fsencode(p)
+    if b"\0" in b:
+        raise ValueError("paths must not contain NUL characters: %r" % (p,))
+    return b
+
+
 # --------------------------------------------------------------------------- objects
 
 
@@ -300,16 +384,35 @@ class Model:
     """An immutable loaded model (``TolkModel``); shareable across threads and
     translators."""
 
-    def __init__(self, path: str, compute_type: str = "default"):
+    def __init__(
+        self,
+        path: str,
+        compute_type: str = "default",
+        source_tokenizer: Optional[str] = None,
+        target_tokenizer: Optional[str] = None,
+    ):
         """Loads ``path`` with the weights converted for ``compute_type`` ("default":
-        as saved; "auto", "float32", "int8", "int16")."""
+        as saved; "auto", "float32", "int8", "int16").
+
+        ``source_tokenizer`` / ``target_tokenizer`` are paths of SentencePiece models
+        for :meth:`Translator.translate_text`; ``None`` looks in the model package
+        (``source.spm`` + ``target.spm``, ``srcvocab.*.spm`` + ``trgvocab.*.spm``,
+        ``sentencepiece.model``, ``spm.model``, ``sentencepiece.bpe.model``,
+        ``vocab.*.spm``, in the model directory and then its parent).  A package
+        without any only translates tokens."""
         self._lib = _get_lib()
         self._ptr = None
         self.path = os.fspath(path)
+        self.source_tokenizer = _fspath_or_none(source_tokenizer)
+        self.target_tokenizer = _fspath_or_none(target_tokenizer)
         out = _ModelP()
         opts = self._lib.tolk_model_options_default()
         compute_b = compute_type.encode("utf-8") if compute_type is not None else None
+        source_b = _path_bytes(self.source_tokenizer)
+        target_b = _path_bytes(self.target_tokenizer)
         opts.compute_type = compute_b
+        opts.source_tokenizer = source_b
+        opts.target_tokenizer = target_b
         status = self._lib.tolk_model_load_with_options(self.path.encode("utf-8"), ctypes.byref(opts), ctypes.byref(out))
         _check(self._lib, status)
         if not out:
@@ -366,6 +469,96 @@ class TranslationResult:
         return "TranslationResult(hypotheses=%r, scores=%r)" % (self.hypotheses, self.scores)
 
 
+class Sentence:
+    """One translated sentence of a text (or one part of a long sentence cut at
+    ``max_sentence_tokens``): ``source[...]`` and ``target`` are its text in the
+    source and in the translation, ``source_span`` / ``target_span`` its
+    ``(start, end)`` str indices there (``text[start:end] == source``), ``score`` the
+    hypothesis score (``None`` unless ``return_scores``)."""
+
+    __slots__ = ("source", "target", "source_span", "target_span", "score")
+
+    def __init__(self, source: str, target: str, source_span: Tuple[int, int],
+                 target_span: Tuple[int, int], score: Optional[float] = None):
+        self.source = source
+        self.target = target
+        self.source_span = source_span
+        self.target_span = target_span
+        self.score = score
+
+    def _key(self):
+        return (self.source, self.target, self.source_span, self.target_span, self.score)
+
+    def __eq__(self, other):
+        return isinstance(other, Sentence) and self._key() == other._key()
+
+    def __repr__(self):
+        return "Sentence(source=%r, target=%r, source_span=%r, target_span=%r, score=%r)" % self._key()
+
+
+class TextTranslation:
+    """The translation of one text: ``text`` (the translated text) and
+    ``sentences`` (a list of :class:`Sentence`, in source order)."""
+
+    __slots__ = ("text", "sentences")
+
+    def __init__(self, text: str, sentences: List[Sentence]):
+        self.text = text
+        self.sentences = sentences
+
+    def __str__(self):
+        return self.text
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, TextTranslation)
+            and self.text == other.text
+            and self.sentences == other.sentences
+        )
+
+    def __repr__(self):
+        return "TextTranslation(text=%r, sentences=%r)" % (self.text, self.sentences)
+
+
+class _CharIndex:
+    """Converts byte offsets of a UTF-8 string into str (code point) indices. Offsets
+    are asked for mostly in increasing order, so each call decodes only the bytes since
+    the previous offset."""
+
+    def __init__(self, data: bytes, what: str, index: int):
+        self.data = data
+        self.what = what
+        self.index = index
+        self.byte = 0
+        self.char = 0
+
+    def __call__(self, offset: int) -> int:
+        if not 0 <= offset <= len(self.data):
+            raise TolkError(
+                Status.ERROR_INTERNAL,
+                "byte offset %d is outside the %s of text %d (%d bytes)"
+                % (offset, self.what, self.index, len(self.data)),
+            )
+        if offset < self.byte:
+            self.byte = self.char = 0
+        try:
+            self.char += len(self.data[self.byte:offset].decode("utf-8"))
+        except UnicodeDecodeError:
+            raise TolkError(
+                Status.ERROR_INTERNAL,
+                "byte offset %d is not on a character boundary of the %s of text %d"
+                % (offset, self.what, self.index),
+            ) from None
+        if offset < len(self.data) and (self.data[offset] & 0xC0) == 0x80:
+            raise TolkError(
+                Status.ERROR_INTERNAL,
+                "byte offset %d is not on a character boundary of the %s of text %d"
+                % (offset, self.what, self.index),
+            )
+        self.byte = offset
+        return self.char
+
+
 class Translator:
     """A translator (``TolkTranslator``) over a :class:`Model`.
 
@@ -379,13 +572,28 @@ class Translator:
         compute_type: str = "default",
         intra_threads: int = 1,
         device: str = "cpu",
+        source_tokenizer: Optional[str] = None,
+        target_tokenizer: Optional[str] = None,
     ):
         """``model`` is a :class:`Model` or, as in ``ctranslate2.Translator``, a model
-        directory (then loaded with ``compute_type`` and owned by this translator)."""
+        directory (then loaded with ``compute_type``, ``source_tokenizer`` and
+        ``target_tokenizer`` -- see :class:`Model` -- and owned by this translator).
+        The tokenizers belong to the model: pass them to :class:`Model` when you load
+        it yourself."""
         self._lib = _get_lib()
         self._ptr = None
         if isinstance(model, (str, os.PathLike)):
-            model = Model(model, compute_type=compute_type)
+            model = Model(
+                model,
+                compute_type=compute_type,
+                source_tokenizer=source_tokenizer,
+                target_tokenizer=target_tokenizer,
+            )
+        elif source_tokenizer is not None or target_tokenizer is not None:
+            raise ValueError(
+                "source_tokenizer/target_tokenizer are read when a model is loaded: pass them "
+                "to tolk.Model(), or give Translator a model directory"
+            )
         if not isinstance(model, Model):
             raise TypeError("model must be a tolk.Model or a model directory")
         if model.closed:
@@ -467,22 +675,22 @@ class Translator:
                     "target_prefix has %d entries but the batch has %d" % (len(target_prefix), batch)
                 )
 
-        opts = self._lib.tolk_translate_options_default()
-        opts.beam_size = int(beam_size)
-        opts.patience = float(patience)
-        opts.length_penalty = float(length_penalty)
-        opts.num_hypotheses = int(num_hypotheses)
-        opts.return_scores = bool(return_scores)
-        opts.max_input_length = int(max_input_length)
-        opts.max_decoding_length = int(max_decoding_length)
-        opts.min_decoding_length = int(min_decoding_length)
-        end_b = _encode_token(end_token) if end_token is not None else None
-        opts.end_token = end_b
-        opts.disable_unk = bool(disable_unk)
-        opts.max_batch_size = int(max_batch_size)
-        opts.batch_type = BATCH_TYPES[batch_type]
-
         keep = []  # keeps every ctypes buffer alive during the call
+        opts = self._translate_options(
+            keep,
+            beam_size=beam_size,
+            patience=patience,
+            length_penalty=length_penalty,
+            num_hypotheses=num_hypotheses,
+            return_scores=return_scores,
+            max_input_length=max_input_length,
+            max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length,
+            end_token=end_token,
+            disable_unk=disable_unk,
+            max_batch_size=max_batch_size,
+            batch_type=batch_type,
+        )
         src_ptrs, src_lens = self._token_arrays(source, keep, allow_none=False)
         if target_prefix is None:
             tp_ptrs, tp_lens = None, None
@@ -505,6 +713,176 @@ class Translator:
             return self._read_result(out, return_scores)
         finally:
             self._lib.tolk_result_free(out)
+
+    def _translate_options(self, keep, *, beam_size, patience, length_penalty, num_hypotheses,
+                           return_scores, max_input_length, max_decoding_length,
+                           min_decoding_length, end_token, disable_unk, max_batch_size,
+                           batch_type):
+        if batch_type not in BATCH_TYPES:
+            raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
+        opts = self._lib.tolk_translate_options_default()
+        opts.beam_size = int(beam_size)
+        opts.patience = float(patience)
+        opts.length_penalty = float(length_penalty)
+        opts.num_hypotheses = int(num_hypotheses)
+        opts.return_scores = bool(return_scores)
+        opts.max_input_length = int(max_input_length)
+        opts.max_decoding_length = int(max_decoding_length)
+        opts.min_decoding_length = int(min_decoding_length)
+        end_b = _encode_token(end_token) if end_token is not None else None
+        keep.append(end_b)
+        opts.end_token = end_b
+        opts.disable_unk = bool(disable_unk)
+        opts.max_batch_size = int(max_batch_size)
+        opts.batch_type = BATCH_TYPES[batch_type]
+        return opts
+
+    def translate_text(
+        self,
+        text: Union[str, Sequence[str]],
+        *,
+        beam_size: int = 2,
+        patience: float = 1.0,
+        length_penalty: float = 1.0,
+        return_scores: bool = False,
+        max_input_length: int = 1024,
+        max_decoding_length: int = 256,
+        min_decoding_length: int = 1,
+        end_token: Optional[str] = None,
+        disable_unk: bool = False,
+        max_batch_size: int = 0,
+        batch_type: str = "examples",
+        split: str = "sentences",
+        max_sentence_tokens: int = 128,
+        return_sentences: bool = False,
+    ):
+        """Translate text (UTF-8 text in, text out) with the model's SentencePiece model.
+
+        ``text`` is a ``str`` (gives a ``str``) or a list of ``str`` (gives a list,
+        in order; all their sentences are translated together, sorted by length).
+        Each text is cut into sentences (``split``: ``"sentences"`` -- sentence ends
+        inside each line, line breaks always end one; ``"lines"`` -- each non-blank
+        line is one sentence; ``"whole"`` -- the text is one sentence), sentences
+        longer than ``max_sentence_tokens`` source tokens (end token included) are
+        cut into parts, and every translation is put back between the source's own
+        spaces, line breaks and blank lines.
+
+        The decoding arguments are those of :meth:`translate_batch` (one hypothesis
+        per sentence; ``max_batch_size`` 0 means batches of 32 sentences here).
+        With ``return_sentences=True`` the result is a :class:`TextTranslation`
+        (or a list of them) whose ``sentences`` give each source sentence, its
+        translation and their spans (str indices); scores are set only with
+        ``return_scores=True``.
+
+        Texts may contain any character, NUL included (texts are passed with their
+        byte lengths); a ``str`` that cannot be encoded as UTF-8 (lone surrogates)
+        raises ``UnicodeEncodeError``.
+        """
+        if self.closed:
+            raise ValueError("the translator is closed")
+        single = isinstance(text, str)
+        if single:
+            texts = [text]
+        elif isinstance(text, (bytes, bytearray)):
+            raise TypeError("text must be a str or a list of str, got bytes (decode it first)")
+        else:
+            texts = list(text)
+            for i, t in enumerate(texts):
+                if not isinstance(t, str):
+                    raise TypeError("text[%d] must be a str, got %r" % (i, type(t).__name__))
+        if split not in SPLIT_MODES:
+            raise ValueError(
+                "split must be one of %s, got %r" % (", ".join(repr(k) for k in SPLIT_MODES), split)
+            )
+        if int(max_sentence_tokens) < 0:
+            raise ValueError("max_sentence_tokens must be >= 0, got %r" % (max_sentence_tokens,))
+
+        keep = []
+        opts = self._translate_options(
+            keep,
+            beam_size=beam_size,
+            patience=patience,
+            length_penalty=length_penalty,
+            num_hypotheses=1,
+            return_scores=return_scores,
+            max_input_length=max_input_length,
+            max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length,
+            end_token=end_token,
+            disable_unk=disable_unk,
+            max_batch_size=max_batch_size,
+            batch_type=batch_type,
+        )
+        text_opts = self._lib.tolk_text_options_default()
+        text_opts.split_mode = SPLIT_MODES[split]
+        text_opts.max_sentence_tokens = int(max_sentence_tokens)
+
+        encoded = [t.encode("utf-8") for t in texts]
+        n = len(encoded)
+        # Explicit byte lengths: texts may hold NUL. One slot minimum, never NULL arrays.
+        ptrs = (ctypes.c_char_p * max(n, 1))(*encoded)
+        lens = (ctypes.c_size_t * max(n, 1))(*[len(b) for b in encoded])
+        out = _TextResultP()
+        status = self._lib.tolk_translate_text_batch(
+            self._ptr,
+            ctypes.cast(ptrs, _CharPP),
+            lens,
+            n,
+            ctypes.byref(opts),
+            ctypes.byref(text_opts),
+            ctypes.byref(out),
+        )
+        _check(self._lib, status)
+        try:
+            results = self._read_text_result(out, texts, encoded, return_sentences, return_scores)
+        finally:
+            self._lib.tolk_text_result_free(out)
+        return results[0] if single else results
+
+    def _read_text_result(self, res, texts, encoded, return_sentences, return_scores):
+        lib = self._lib
+        count = lib.tolk_text_result_count(res)
+        if count != len(texts):
+            raise TolkError(
+                Status.ERROR_INTERNAL, "%d texts translated but %d were given" % (count, len(texts))
+            )
+        results = []
+        for i in range(count):
+            length = ctypes.c_size_t(0)
+            ptr = lib.tolk_text_result_text(res, i, ctypes.byref(length))
+            if not ptr:
+                raise TolkError(Status.ERROR_INTERNAL, "tolk_text_result_text(%d) returned NULL" % i)
+            target_b = ctypes.string_at(ptr, length.value)
+            target = target_b.decode("utf-8")
+            if not return_sentences:
+                results.append(target)
+                continue
+            spans = []
+            for k in range(lib.tolk_text_result_num_sentences(res, i)):
+                vals = [ctypes.c_size_t(0) for _ in range(4)]
+                score = ctypes.c_float(math.nan)
+                status = lib.tolk_text_result_sentence(
+                    res, i, k, *[ctypes.byref(v) for v in vals], ctypes.byref(score)
+                )
+                _check(lib, status)
+                spans.append(([v.value for v in vals], float(score.value)))
+            src_index = _CharIndex(encoded[i], "source", i)
+            tgt_index = _CharIndex(target_b, "translation", i)
+            sentences = []
+            for (sb, se, tb, te), score in spans:
+                s0, s1 = src_index(sb), src_index(se)
+                t0, t1 = tgt_index(tb), tgt_index(te)
+                sentences.append(
+                    Sentence(
+                        source=texts[i][s0:s1],
+                        target=target[t0:t1],
+                        source_span=(s0, s1),
+                        target_span=(t0, t1),
+                        score=score if return_scores and not math.isnan(score) else None,
+                    )
+                )
+            results.append(TextTranslation(target, sentences))
+        return results
 
     @staticmethod
     def _token_arrays(batch_tokens, keep, allow_none):

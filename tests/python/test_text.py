@@ -1,0 +1,694 @@
+"""Text API (tolk_translate_text / tolk_translate_text_batch) through the ctypes binding.
+
+Text in / text out on the real zh-en model must be exactly token mode on the python
+``sentencepiece`` tokenization of the same sentences, detokenized by the rule the shared
+models README gives for that model (its ``sentencepiece.model`` is source-only):
+``"".join(pieces).replace("▁", " ").strip()``.
+
+- split="lines" on the 500 dev verses == token mode (int8 as saved, greedy), and on the
+  first N_BEAM verses with beam 4 (scores too); float32 greedy on the first N_CT2 verses
+  == CTranslate2 float32 on the same tokens.
+- split="sentences" (default): the sentence spans cut the source and the translation
+  consistently, and the translation is the per-sentence token-mode translations put back
+  between the source's gaps.
+- Text structure (blank lines, CRLF, leading/trailing spaces, empty and whitespace-only
+  texts), a 2000-sentence document, wrapping of a long sentence, errors and tokenizer
+  discovery / explicit tokenizer paths.
+
+Environment: TOLK_MODELS (folder with zh-en-ct2/ and en-pt-bergamot/), TOLK_DATA (folder
+with dev-matthew.zh); how many verses each comparison uses: TOLK_TEXT_LINES (greedy
+lines, default 500), TOLK_TEXT_SENTENCE_LINES (sentences, 200), TOLK_TEXT_BEAM_LINES
+(beam 4, 100), TOLK_TEXT_CT2_LINES (float32 vs CTranslate2, 100).
+"""
+
+import ctypes
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import time
+
+import pytest
+
+from conftest import REPO_ROOT, report
+
+N_LINES = int(os.environ.get("TOLK_TEXT_LINES", "500"))
+N_SENT = int(os.environ.get("TOLK_TEXT_SENTENCE_LINES", "200"))
+N_BEAM = int(os.environ.get("TOLK_TEXT_BEAM_LINES", "100"))
+N_CT2 = int(os.environ.get("TOLK_TEXT_CT2_LINES", "100"))
+TINY_FIXTURE = os.path.join(REPO_ROOT, "ffi-tests", "fixtures", "tiny")
+TINY_MODEL_FILES = ("config.json", "model.bin", "shared_vocabulary.json")
+# The file names tokenizer discovery looks for (src/text/tokenizer.rs).
+TOKENIZER_NAMES = ("source.spm", "target.spm", "sentencepiece.model", "spm.model",
+                   "sentencepiece.bpe.model")
+TOKENIZER_PATTERNS = ("srcvocab.*.spm", "trgvocab.*.spm", "vocab.*.spm")
+
+
+def detok(pieces):
+    """The zh-en model's detokenization (its SentencePiece model does not know the
+    English pieces): pieces joined, "▁" as a space, no leading/trailing space."""
+    return "".join(pieces).replace("\u2581", " ").strip()
+
+
+# The gap rules of text mode (src/text/translate.rs adapt_gap), written from their spec.
+def _unspaced(c):
+    o = ord(c)
+    return (0x3000 <= o <= 0x303F or 0x3040 <= o <= 0x30FF or 0x3400 <= o <= 0x4DBF
+            or 0x4E00 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF or 0xFF00 <= o <= 0xFFEF
+            or 0x20000 <= o <= 0x3FFFF)
+
+
+def _adapt_gap(gap, done, nxt):
+    if not done or not nxt:
+        return gap
+    before, after = done[-1], nxt[0]
+    if gap == "" and not before.isspace() and not _unspaced(before) and not _unspaced(after):
+        return " "
+    if gap and all(c in " \t\u3000" for c in gap) and _unspaced(before) and _unspaced(after):
+        return ""
+    return gap
+
+
+def reassemble(source, spans, translations):
+    """The expected text: each translation put at its sentence's place, the source
+    between sentences kept (with the gap rules), the source's head and tail kept.
+    Returns (text, target spans)."""
+    out, end, targets = "", 0, []
+    for (s0, s1), tr in zip(spans, translations):
+        out += _adapt_gap(source[end:s0], out, tr)
+        targets.append((len(out), len(out) + len(tr)))
+        out += tr
+        end = s1
+    return out + source[end:], targets
+
+
+# ------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def spm():
+    return pytest.importorskip("sentencepiece")
+
+
+@pytest.fixture(scope="module")
+def sp(spm, zh_en_model):
+    path = os.path.join(zh_en_model, "sentencepiece.model")
+    if not os.path.isfile(path):
+        pytest.skip("%s not found" % path)
+    return spm.SentencePieceProcessor(model_file=path)
+
+
+@pytest.fixture(scope="module")
+def verses(data_root):
+    path = os.environ.get("TOLK_DEV_ZH") or os.path.join(data_root, "dev-matthew.zh")
+    if not os.path.isfile(path):
+        pytest.skip("dev data not found at %s (set TOLK_DATA or TOLK_DEV_ZH)" % path)
+    with open(path, encoding="utf-8") as f:
+        lines = [line.strip() for line in f]
+    assert all(lines), "blank verse in %s" % path
+    return lines
+
+
+@pytest.fixture(scope="module")
+def zh(tolk, zh_en_model):
+    """The zh-en translator with the weights as saved (int8)."""
+    t0 = time.perf_counter()
+    translator = tolk.Translator(zh_en_model, intra_threads=1)
+    report("text: zh-en %s load (SentencePiece found in the package) %.2f s"
+           % (translator.model.compute_type, time.perf_counter() - t0))
+    yield translator
+    translator.close()
+    translator.model.close()
+
+
+def token_mode(translator, pieces, **kwargs):
+    """Token-mode results for `pieces` in the order text mode translates its sentences
+    (text order, batches of 32 sorted by length): the same batches, hence the same int8
+    results (Tolk's int8 results may change with a sentence's batch companions)."""
+    t0 = time.perf_counter()
+    results = translator.translate_batch(pieces, max_batch_size=32, **kwargs)
+    return results, time.perf_counter() - t0
+
+
+def _join_lines(lines):
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------ lines == token mode
+
+
+def test_lines_greedy_equals_token_mode(zh, sp, verses):
+    """All 500 verses (N_LINES) as one document, split="lines", greedy int8: every output
+    line is the token-mode translation of the verse's python-sentencepiece pieces."""
+    verses = verses[:N_LINES]
+    pieces = [sp.encode(v, out_type=str) for v in verses]
+    results, t_tokens = token_mode(zh, pieces, beam_size=1)
+    expected = [detok(r.hypotheses[0]) for r in results]
+
+    t0 = time.perf_counter()
+    doc = zh.translate_text(_join_lines(verses), beam_size=1, split="lines", return_sentences=True)
+    t_text = time.perf_counter() - t0
+
+    got = doc.text.split("\n")
+    assert len(got) == len(verses), "the translation has %d lines for %d verses" % (len(got), len(verses))
+    assert len(doc.sentences) == len(verses)
+    for i, s in enumerate(doc.sentences):
+        assert s.source == verses[i], i
+        assert s.target == got[i], i
+    mismatches = [i for i, (g, e) in enumerate(zip(got, expected)) if g != e]
+    report("text: split=lines greedy int8, %d verses: %d/%d identical to token mode; "
+           "token mode %.1f s (python spm + translate_batch), text mode %.1f s"
+           % (len(verses), len(verses) - len(mismatches), len(verses), t_tokens, t_text))
+    assert not mismatches, "\n".join(
+        "verse %d %r:\n  text  %r\n  token %r" % (i, verses[i], got[i], expected[i])
+        for i in mismatches[:5])
+    assert all("\u2581" not in line for line in got)
+
+
+def test_lines_beam4_batch_equals_token_mode(zh, sp, verses):
+    """The first N_BEAM verses as a list of texts (one tolk_translate_text_batch call),
+    beam 4 with scores: texts and scores equal token mode's."""
+    subset = verses[:N_BEAM]
+    pieces = [sp.encode(v, out_type=str) for v in subset]
+    expected, t_tokens = token_mode(zh, pieces, beam_size=4, return_scores=True)
+    t0 = time.perf_counter()
+    docs = zh.translate_text(subset, beam_size=4, split="lines", return_scores=True,
+                             return_sentences=True)
+    t_text = time.perf_counter() - t0
+    assert isinstance(docs, list) and len(docs) == len(subset)
+    same_text = same_score = 0
+    problems = []
+    for i, (doc, exp) in enumerate(zip(docs, expected)):
+        assert len(doc.sentences) == 1, (i, doc)
+        s = doc.sentences[0]
+        assert s.source_span == (0, len(subset[i])) and s.target_span == (0, len(doc.text))
+        want = detok(exp.hypotheses[0])
+        if doc.text == want:
+            same_text += 1
+        else:
+            problems.append("verse %d: text %r token %r" % (i, doc.text, want))
+        if s.score is not None and abs(s.score - exp.scores[0]) <= 1e-6:
+            same_score += 1
+        else:
+            problems.append("verse %d: score %r token mode %r" % (i, s.score, exp.scores[0]))
+    report("text: split=lines beam 4 int8, %d texts in one batch call: %d identical texts, "
+           "%d identical scores (1e-6); token mode %.1f s, text mode %.1f s"
+           % (len(subset), same_text, same_score, t_tokens, t_text))
+    assert not problems, "\n".join(problems[:5])
+
+
+def _ct2_cached(request, ctranslate2, model_dir, translator, source, kwargs):
+    st = os.stat(os.path.join(model_dir, "model.bin"))
+    key = hashlib.sha256(json.dumps(
+        [ctranslate2.__version__, st.st_size, int(st.st_mtime), source, "float32",
+         os.environ.get("CT2_USE_MKL"), os.environ.get("CT2_FORCE_CPU_ISA"),
+         sorted(kwargs.items())], ensure_ascii=False).encode("utf-8")).hexdigest()[:24]
+    cache_key = "tolk/text_ct2/" + key
+    cache = request.config.cache
+    cached = cache.get(cache_key, None) if cache else None
+    if cached is not None and os.environ.get("TOLK_NO_CACHE") != "1":
+        return cached["hypotheses"], cached["seconds"], True
+    t0 = time.perf_counter()
+    hyps = [r.hypotheses[0] for r in translator().translate_batch(source, **kwargs)]
+    seconds = time.perf_counter() - t0
+    if cache:
+        cache.set(cache_key, {"hypotheses": hyps, "seconds": seconds})
+    return hyps, seconds, False
+
+
+def test_lines_float32_equals_ctranslate2(request, tolk, ctranslate2, zh_en_model, sp, verses):
+    """float32 text mode == CTranslate2 float32 token mode on the same pieces."""
+    subset = verses[:N_CT2]
+    pieces = [sp.encode(v, out_type=str) for v in subset]
+    kwargs = dict(beam_size=1, max_batch_size=32)
+    ct2 = lambda: ctranslate2.Translator(zh_en_model, device="cpu", compute_type="float32",
+                                         intra_threads=1)
+    hyps, t_ct2, cached = _ct2_cached(request, ctranslate2, zh_en_model, ct2, pieces, kwargs)
+    expected = [detok(h) for h in hyps]
+    with tolk.Translator(zh_en_model, compute_type="float32") as tr:
+        assert tr.model.compute_type == "float32"
+        t0 = time.perf_counter()
+        got = tr.translate_text(_join_lines(subset), beam_size=1, split="lines").split("\n")
+        t_text = time.perf_counter() - t0
+        tr.model.close()
+    assert len(got) == len(subset)
+    mismatches = [i for i in range(len(subset)) if got[i] != expected[i]]
+    report("text: split=lines greedy float32, %d verses: %d/%d identical to CTranslate2 %s "
+           "(%.1f s%s); tolk text mode %.1f s"
+           % (len(subset), len(subset) - len(mismatches), len(subset), ctranslate2.__version__,
+              t_ct2, ", cached" if cached else "", t_text))
+    assert not mismatches, "\n".join(
+        "verse %d %r:\n  tolk %r\n  ct2  %r" % (i, subset[i], got[i], expected[i])
+        for i in mismatches[:5])
+
+
+# ------------------------------------------------------------ sentence splitting
+
+
+def test_sentences_reassemble_token_mode(zh, sp, verses):
+    """Default split on the first N_SENT verses (a list of texts): the source spans
+    cover every non-space character of each verse, each sentence's translation is token
+    mode on its own pieces, and the translation is those put back between the source's
+    gaps."""
+    verses = verses[:N_SENT]
+    t0 = time.perf_counter()
+    docs = zh.translate_text(verses, beam_size=1, return_sentences=True)
+    t_text = time.perf_counter() - t0
+    sentences = [[s.source for s in d.sentences] for d in docs]
+    flat = [s for ss in sentences for s in ss]
+    results, t_tokens = token_mode(zh, [sp.encode(s, out_type=str) for s in flat], beam_size=1)
+    translations = iter(detok(r.hypotheses[0]) for r in results)
+
+    multi = 0
+    problems = []
+    for i, (verse, doc) in enumerate(zip(verses, docs)):
+        spans = [s.source_span for s in doc.sentences]
+        assert spans, "verse %d gave no sentence" % i
+        multi += len(spans) > 1
+        covered = [False] * len(verse)
+        last = 0
+        for s in doc.sentences:
+            a, b = s.source_span
+            assert last <= a < b, (i, spans)
+            assert s.source == verse[a:b] and s.source == s.source.strip(), (i, s)
+            covered[a:b] = [True] * (b - a)
+            last = b
+        uncovered = [c for c, cov in zip(verse, covered) if not cov and not c.isspace()]
+        assert not uncovered, "verse %d: %r outside every sentence (%r)" % (i, uncovered, spans)
+        want = [next(translations) for _ in spans]
+        text, targets = reassemble(verse, spans, want)
+        got_targets = [s.target_span for s in doc.sentences]
+        if doc.text != text or got_targets != targets:
+            problems.append("verse %d %r: sentences %r\n  got      %r %r\n  expected %r %r"
+                            % (i, verse, [s.source for s in doc.sentences], doc.text,
+                               got_targets, text, targets))
+            continue
+        for (t0_, t1_), w in zip(got_targets, want):
+            assert doc.text[t0_:t1_] == w
+        # Between translations: only the source's whitespace (or one inserted space).
+        gaps = [doc.text[:got_targets[0][0]]] + [
+            doc.text[a[1]:b[0]] for a, b in zip(got_targets, got_targets[1:])
+        ] + [doc.text[got_targets[-1][1]:]]
+        assert all(g.strip() == "" for g in gaps), (i, gaps)
+    report("text: split=sentences greedy int8, %d verses -> %d sentences, %d verses split "
+           "into >1 sentence; text mode %.1f s, token mode %.1f s"
+           % (len(verses), len(flat), multi, t_text, t_tokens))
+    assert not problems, "%d verses differ:\n%s" % (len(problems), "\n".join(problems[:5]))
+    assert multi > 0
+
+
+# --------------------------------------------------------------- text structure
+
+
+def _line_shape(text):
+    """Per line (split at \\n): blank or not, leading whitespace, trailing whitespace
+    (\\r included)."""
+    shape = []
+    for line in text.split("\n"):
+        body = line.strip()
+        if not body:
+            shape.append(("blank", line))
+        else:
+            lead = line[: len(line) - len(line.lstrip())]
+            trail = line[len(line.rstrip()):]
+            shape.append(("text", lead, trail))
+    return shape
+
+
+def test_paragraph_structure_is_kept(zh):
+    text = ("  耶稣看见这许多的人，就上了山。他既已坐下，门徒到他跟前来。  \r\n"
+            "\r\n"
+            "\t他就开口教训他们。\n"
+            "\n"
+            "   \n"
+            "虚心的人有福了，因为天国是他们的。\r\n"
+            "哀恸的人有福了！因为他们必得安慰。 \n\n")
+    doc = zh.translate_text(text, beam_size=1, return_sentences=True)
+    out = doc.text
+    assert _line_shape(out) == _line_shape(text), "source %r\ntranslation %r" % (text, out)
+    assert out.count("\r\n") == text.count("\r\n")
+    assert len(doc.sentences) == 6, [s.source for s in doc.sentences]
+    assert all(s.target for s in doc.sentences)
+    assert "\u2581" not in out
+    # Two sentences with no space between them in Chinese get one space in English.
+    first_line = out.split("\n")[0]
+    t_a, t_b = doc.sentences[0].target_span, doc.sentences[1].target_span
+    assert out[t_a[1]:t_b[0]] == " ", repr(first_line)
+    # The same through the lines mode: 4 non-blank lines, same shape.
+    by_lines = zh.translate_text(text, beam_size=1, split="lines", return_sentences=True)
+    assert len(by_lines.sentences) == 4
+    assert _line_shape(by_lines.text) == _line_shape(text)
+    # "whole": one unit, the text's head and tail kept.
+    whole = zh.translate_text(text, beam_size=1, split="whole", return_sentences=True,
+                              max_decoding_length=64)
+    assert len(whole.sentences) == 1
+    assert whole.text.startswith("  ") and whole.text.endswith(" \n\n")
+    report("text: paragraph %r -> %r" % (text, out))
+
+
+@pytest.mark.parametrize("split", ["sentences", "lines", "whole"])
+def test_empty_and_whitespace_texts(zh, split):
+    blank = ["", " ", "\n", "  \r\n\t \n\u3000\u00a0 ", "\n\n\n"]
+    assert zh.translate_text("", split=split) == ""
+    got = zh.translate_text(blank, split=split, return_sentences=True)
+    assert [d.text for d in got] == blank
+    assert all(d.sentences == [] for d in got)
+    assert zh.translate_text([], split=split) == []
+    # Mixed with real text in one batch: each text keeps its own result.
+    mixed = zh.translate_text(["", "你好。", "   "], split=split, beam_size=1)
+    assert mixed[0] == "" and mixed[2] == "   " and mixed[1].strip() and "\u2581" not in mixed[1]
+    # Text that SentencePiece encodes to no piece at all (zero-width space) is kept too.
+    assert zh.translate_text("\u200b", split=split) == "\u200b"
+
+
+def test_two_thousand_sentences(zh):
+    # Sentences with two-token translations ("Yes.", "Why?"): the test is about the
+    # number of sentences, not their length.
+    pool = ["是。", "好。", "不。", "你好。", "对。", "走！", "为什么？"]
+    lines = []
+    for i in range(200):
+        lines.append("".join(pool[(i + k) % len(pool)] for k in range(10)))
+    text = "\n".join(lines)
+    t0 = time.perf_counter()
+    doc = zh.translate_text(text, beam_size=1, max_decoding_length=16, return_sentences=True)
+    seconds = time.perf_counter() - t0
+    assert len(doc.sentences) == 2000
+    out_lines = doc.text.split("\n")
+    assert len(out_lines) == 200 and all(line.strip() for line in out_lines)
+    assert all(s.target for s in doc.sentences)
+    assert [s.source for s in doc.sentences[:7]] == pool
+    # Equal sources translate equally wherever they are in the batch.
+    by_source = {}
+    for s in doc.sentences:
+        by_source.setdefault(s.source, set()).add(s.target)
+    assert all(len(v) == 1 for v in by_source.values()), by_source
+    report("text: 2000 short sentences (200 lines) in %.1f s (default max_batch_size: batches "
+           "of 32)" % seconds)
+
+
+def _long_sentence(verses, n_chars=600):
+    parts, total = [], 0
+    for v in verses:
+        clause = re.sub(r"[。！？：；“”\"「」‘’.!?;:\s]", "", v).strip("，")
+        if not clause:
+            continue
+        parts.append(clause)
+        total += len(clause) + 1
+        if total >= n_chars:
+            break
+    return ("，".join(parts))[: n_chars - 1] + "。"
+
+
+def test_long_sentence_is_wrapped(zh, sp, verses):
+    sentence = _long_sentence(verses)
+    assert len(sentence) == 600
+    doc = zh.translate_text(sentence, beam_size=1, max_sentence_tokens=32, return_sentences=True)
+    parts = doc.sentences
+    # Char ranges of the sentence's pieces: it has no spaces and its normalization maps
+    # each character to one character (checked), so the pieces' lengths give them.
+    pieces = sp.encode(sentence, out_type=str)
+    assert "".join(pieces).lstrip("\u2581") and pieces[0].startswith("\u2581")
+    assert sum(len(p) for p in pieces) - 1 == len(sentence), pieces
+    all_pieces, at = [], 0
+    for k, p in enumerate(pieces):
+        n = len(p) - (1 if k == 0 else 0)
+        all_pieces.append((at, at + n))
+        at += n
+    total = len(all_pieces)
+    counts, spm_on_span = [], []
+    owner = []  # the part holding each piece (a lone leading "▁" is the first part's)
+    for p0, p1 in all_pieces:
+        k = [k for k, s in enumerate(parts) if s.source_span[0] <= p0 and p1 <= s.source_span[1]]
+        assert k, "piece %r of the sentence is in no part (%r)" % ((p0, p1), [s.source_span for s in parts])
+        owner.append(k[0])
+    for k, s in enumerate(parts):
+        counts.append(owner.count(k))
+        spm_on_span.append(len(sp.encode(s.source, out_type=str)))
+        assert s.target.strip() and "\u2581" not in s.target, s
+    report("text: a 600-character sentence (%d pieces), max_sentence_tokens=32 -> %d parts of "
+           "%s pieces (python spm on each part's text: %s)"
+           % (total, len(parts), counts, spm_on_span))
+    assert len(parts) >= math.ceil(total / 31) and len(parts) >= 3
+    assert all(1 <= c <= 31 for c in counts), counts
+    assert sum(counts) == total  # the parts partition the sentence's pieces
+    assert all(n <= 31 for n in spm_on_span), spm_on_span
+    # Parts of one sentence are joined like sentences ("," + space in English).
+    ends = [s.source_span for s in parts]
+    assert ends[0][0] == 0 and ends[-1][1] == len(sentence)
+    assert all(x[1] == y[0] for x, y in zip(ends, ends[1:]))
+
+
+def test_sentence_spans_are_str_indices(tolk, zh):
+    """The binding converts the C byte ranges into str indices: check them against the
+    raw byte ranges on a text with 1-, 2-, 3- and 4-byte characters."""
+    text = "é 𝄞 你好。Ça va? 我很好！\n😀 再见。"
+    doc = zh.translate_text(text, beam_size=1, return_sentences=True)
+    lib = tolk._get_lib()
+    raw = tolk._TextResultP()
+    data = text.encode("utf-8")
+    opts = lib.tolk_translate_options_default()
+    opts.beam_size = 1
+    assert lib.tolk_translate_text(zh._ptr, data, ctypes.byref(opts), None, ctypes.byref(raw)) == 0
+    try:
+        n = lib.tolk_text_result_num_sentences(raw, 0)
+        assert n == len(doc.sentences)
+        length = ctypes.c_size_t()
+        out = ctypes.string_at(lib.tolk_text_result_text(raw, 0, ctypes.byref(length)), length.value)
+        for k in range(n):
+            v = [ctypes.c_size_t() for _ in range(4)]
+            score = ctypes.c_float(0.0)
+            assert lib.tolk_text_result_sentence(raw, 0, k, *map(ctypes.byref, v),
+                                                 ctypes.byref(score)) == 0
+            assert math.isnan(score.value)
+            sb, se, tb, te = (x.value for x in v)
+            s = doc.sentences[k]
+            assert data[sb:se].decode("utf-8") == s.source == text[slice(*s.source_span)]
+            assert out[tb:te].decode("utf-8") == s.target == doc.text[slice(*s.target_span)]
+            assert s.score is None
+        assert out.decode("utf-8") == doc.text  # beam 1 both times: same text
+        assert lib.tolk_text_result_sentence(raw, 0, n, None, None, None, None, None) == \
+            tolk.Status.ERROR_OUT_OF_RANGE
+        assert lib.tolk_text_result_text(raw, 1, None) is None
+    finally:
+        lib.tolk_text_result_free(raw)
+
+
+def test_nul_characters_are_text(zh):
+    """Texts go to the library with their byte lengths: a NUL does not cut them."""
+    doc = zh.translate_text("你好。\x00\n谢谢。", beam_size=1, return_sentences=True,
+                            max_decoding_length=32)
+    assert isinstance(doc.text, str)
+    assert doc.sentences and doc.sentences[-1].source == "谢谢。", doc
+
+
+# ----------------------------------------------------------------------- errors
+
+
+def _raw_text_batch(tolk, translator, texts, lengths=None, options=None, text_options=None):
+    lib = tolk._get_lib()
+    n = len(texts)
+    ptrs = (ctypes.c_char_p * max(n, 1))(*texts)
+    lens = None if lengths is None else (ctypes.c_size_t * max(n, 1))(*lengths)
+    out = tolk._TextResultP()
+    status = lib.tolk_translate_text_batch(
+        translator._ptr, ctypes.cast(ptrs, tolk._CharPP), lens, n,
+        None if options is None else ctypes.byref(options),
+        None if text_options is None else ctypes.byref(text_options), ctypes.byref(out))
+    if out:
+        lib.tolk_text_result_free(out)
+    return status, bool(out), tolk._last_error(lib)
+
+
+def test_invalid_utf8_is_an_invalid_argument(tolk, zh):
+    for bad in (b"\xff\xfe", "你好".encode("utf-8")[:4], b"ok\xc3(", b"\xed\xa0\x80"):
+        status, out, msg = _raw_text_batch(tolk, zh, [b"fine.", bad], [5, len(bad)])
+        assert status == tolk.Status.ERROR_INVALID_ARGUMENT, (bad, status, msg)
+        assert not out and "UTF-8" in msg and "texts[1]" in msg, msg
+    # NUL-terminated (lengths NULL) and the one-text entry point.
+    status, out, msg = _raw_text_batch(tolk, zh, [b"\xc3\x28"])
+    assert status == tolk.Status.ERROR_INVALID_ARGUMENT and not out, msg
+    lib = tolk._get_lib()
+    res = tolk._TextResultP()
+    assert lib.tolk_translate_text(zh._ptr, b"a\xff", None, None, ctypes.byref(res)) == \
+        tolk.Status.ERROR_INVALID_ARGUMENT
+    assert not res
+    # Explicit lengths let a valid text hold NUL; a length of 0 with a NULL pointer is "".
+    status, out, msg = _raw_text_batch(tolk, zh, [b"a\x00b", None], [3, 0])
+    assert status == tolk.Status.OK, msg
+
+
+def test_null_arguments(tolk, zh):
+    lib = tolk._get_lib()
+    res = tolk._TextResultP()
+    assert lib.tolk_translate_text(zh._ptr, None, None, None, ctypes.byref(res)) == \
+        tolk.Status.ERROR_NULL_POINTER
+    assert lib.tolk_translate_text(zh._ptr, b"x", None, None, None) == tolk.Status.ERROR_NULL_POINTER
+    assert lib.tolk_translate_text(None, b"x", None, None, ctypes.byref(res)) == \
+        tolk.Status.ERROR_NULL_POINTER
+    assert lib.tolk_translate_text_batch(zh._ptr, None, None, 1, None, None, ctypes.byref(res)) == \
+        tolk.Status.ERROR_NULL_POINTER
+    status, _, msg = _raw_text_batch(tolk, zh, [None], None)
+    assert status in (tolk.Status.ERROR_NULL_POINTER, tolk.Status.ERROR_INVALID_ARGUMENT), msg
+    # count 0 with NULL arrays is an empty result.
+    assert lib.tolk_translate_text_batch(zh._ptr, None, None, 0, None, None, ctypes.byref(res)) == 0
+    assert lib.tolk_text_result_count(res) == 0
+    lib.tolk_text_result_free(res)
+    # Accessors accept NULL results.
+    assert lib.tolk_text_result_count(None) == 0
+    assert lib.tolk_text_result_num_sentences(None, 0) == 0
+    assert lib.tolk_text_result_text(None, 0, None) is None
+    assert lib.tolk_text_result_sentence(None, 0, 0, None, None, None, None, None) == \
+        tolk.Status.ERROR_NULL_POINTER
+    lib.tolk_text_result_free(None)
+
+
+def test_binding_refusals(tolk, zh_en_model, tmp_path):
+    d = _tiny_without_tokenizer(tmp_path)
+    tr = tolk.Translator(str(d))
+    with pytest.raises(UnicodeEncodeError):
+        tr.translate_text("lone \ud800 surrogate")
+    tr.close()
+    tr.model.close()
+    with pytest.raises(ValueError):
+        tr.translate_text("closed")
+
+
+def test_old_model_options_struct(tolk, tmp_path):
+    """A caller built against the header without the tokenizer fields (struct_size ends
+    after compute_type) still loads: the fields it does not know are the defaults."""
+    d = _tiny_without_tokenizer(tmp_path)
+    lib = tolk._get_lib()
+    opts = lib.tolk_model_options_default()
+    opts.struct_size = tolk.TolkModelOptions.source_tokenizer.offset
+    missing = str(tmp_path / "missing.spm").encode()
+    opts.source_tokenizer = missing  # beyond struct_size: ignored
+    model = tolk._ModelP()
+    assert lib.tolk_model_load_with_options(str(d).encode(), ctypes.byref(opts),
+                                            ctypes.byref(model)) == 0, tolk._last_error(lib)
+    lib.tolk_model_free(model)
+    opts.struct_size = tolk.TolkModelOptions.source_tokenizer.offset + 4  # splits a field
+    assert lib.tolk_model_load_with_options(str(d).encode(), ctypes.byref(opts),
+                                            ctypes.byref(model)) == tolk.Status.ERROR_INVALID_ARGUMENT
+    opts.struct_size = ctypes.sizeof(tolk.TolkModelOptions)
+    assert lib.tolk_model_load_with_options(str(d).encode(), ctypes.byref(opts),
+                                            ctypes.byref(model)) == tolk.Status.ERROR_IO
+
+
+def test_num_hypotheses_must_be_one(tolk, zh):
+    lib = tolk._get_lib()
+    opts = lib.tolk_translate_options_default()
+    opts.num_hypotheses = 2
+    opts.beam_size = 2
+    status, out, msg = _raw_text_batch(tolk, zh, [b"\xe4\xbd\xa0\xe5\xa5\xbd"], [6], options=opts)
+    assert status == tolk.Status.ERROR_INVALID_ARGUMENT and not out
+    assert "num_hypotheses" in msg, msg
+
+
+def test_bad_text_options(tolk, zh):
+    lib = tolk._get_lib()
+    assert lib.tolk_model_options_default().struct_size == ctypes.sizeof(tolk.TolkModelOptions)
+    text_opts = lib.tolk_text_options_default()
+    assert (text_opts.split_mode, text_opts.max_sentence_tokens) == (0, 128)
+    assert text_opts.struct_size == ctypes.sizeof(tolk.TolkTextOptions)
+    text_opts.split_mode = 3
+    status, _, msg = _raw_text_batch(tolk, zh, [b"x"], [1], text_options=text_opts)
+    assert status == tolk.Status.ERROR_INVALID_ARGUMENT, msg
+    with pytest.raises(tolk.TolkError) as ei:
+        zh.translate_text("你好。", max_sentence_tokens=1)
+    assert ei.value.status == tolk.Status.ERROR_INVALID_ARGUMENT
+    with pytest.raises(ValueError):
+        zh.translate_text("你好。", split="paragraphs")
+    with pytest.raises(TypeError):
+        zh.translate_text(b"bytes")
+    with pytest.raises(TypeError):
+        zh.translate_text(["ok", 3])
+
+
+def _tiny_without_tokenizer(tmp_path):
+    """A copy of the tiny CT2 fixture's model files in <tmp>/pkg/model, with no
+    SentencePiece file in the directory nor its parent."""
+    model_bin = os.path.join(TINY_FIXTURE, "model.bin")
+    if not os.path.isfile(model_bin):
+        pytest.skip("tiny fixture missing at %s" % TINY_FIXTURE)
+    d = tmp_path / "pkg" / "model"
+    d.mkdir(parents=True)
+    for name in TINY_MODEL_FILES:
+        shutil.copy(os.path.join(TINY_FIXTURE, name), d / name)
+    for place in (d, d.parent):
+        names = os.listdir(place)
+        assert not [n for n in names if n in TOKENIZER_NAMES or n.endswith(".spm")], names
+    return d
+
+
+def test_model_without_tokenizer_is_unsupported(tolk, tmp_path):
+    d = _tiny_without_tokenizer(tmp_path)
+    with tolk.Translator(str(d)) as tr:
+        # Token mode works as before.
+        assert tr.translate_batch([["a", "b"]], beam_size=1)[0].hypotheses
+        with pytest.raises(tolk.TolkError) as ei:
+            tr.translate_text("abc")
+        tr.model.close()
+    err = ei.value
+    assert err.status == tolk.Status.ERROR_UNSUPPORTED, err
+    for name in TOKENIZER_NAMES + TOKENIZER_PATTERNS:
+        assert name in err.message, (name, err.message)
+    assert str(d) in err.message
+    report("text: no tokenizer -> %s" % err)
+
+
+def test_tokenizer_found_in_parent_directory(tolk, sp, tmp_path, zh_en_model):
+    """Argos layout: package/model/ beside package/sentencepiece.model."""
+    d = _tiny_without_tokenizer(tmp_path)
+    shutil.copy(os.path.join(zh_en_model, "sentencepiece.model"), d.parent / "sentencepiece.model")
+    with tolk.Translator(str(d)) as tr:
+        out = tr.translate_text(["你好。", "  "], beam_size=1, max_decoding_length=8)
+        tr.model.close()
+    assert isinstance(out[0], str) and out[1] == "  "
+
+
+def test_missing_tokenizer_path_is_io(tolk, tmp_path, zh_en_model):
+    missing = str(tmp_path / "nope.spm")
+    with pytest.raises(tolk.TolkError) as ei:
+        tolk.Model(zh_en_model, source_tokenizer=missing)
+    assert ei.value.status == tolk.Status.ERROR_IO, ei.value
+    assert "nope.spm" in ei.value.message
+    with pytest.raises(tolk.TolkError) as ei:
+        tolk.Translator(zh_en_model, target_tokenizer=missing)
+    assert ei.value.status == tolk.Status.ERROR_IO, ei.value
+    # Tokenizers belong to the model: a Model object plus tokenizer paths is refused.
+    d = _tiny_without_tokenizer(tmp_path)
+    with tolk.Model(str(d)) as m:
+        with pytest.raises(ValueError):
+            tolk.Translator(m, source_tokenizer=missing)
+
+
+@pytest.mark.parametrize("where", ["explicit", "package"])
+def test_corrupt_tokenizer_is_invalid_model(tolk, tmp_path, where):
+    d = _tiny_without_tokenizer(tmp_path)
+    bad = (d if where == "package" else tmp_path) / "sentencepiece.model"
+    bad.write_bytes(b"\x0a\xff\xff\xff\x0fthis is not a sentencepiece model" + os.urandom(64))
+    with pytest.raises(tolk.TolkError) as ei:
+        if where == "package":
+            tolk.Model(str(d))
+        else:
+            tolk.Model(str(d), source_tokenizer=str(bad))
+    assert ei.value.status == tolk.Status.ERROR_INVALID_MODEL, ei.value
+    assert "sentencepiece.model" in ei.value.message
+
+
+def test_explicit_tokenizers_from_another_package(tolk, models_root, zh_en_model):
+    """The en-pt Bergamot vocabulary as both tokenizers of the zh-en model: loads and
+    runs (the translation is meaningless)."""
+    vocab = os.path.join(models_root, "en-pt-bergamot", "vocab.enpt.spm")
+    if not os.path.isfile(vocab):
+        pytest.skip("%s not found" % vocab)
+    with tolk.Translator(zh_en_model, source_tokenizer=vocab, target_tokenizer=vocab) as tr:
+        assert tr.model.source_tokenizer == vocab
+        doc = tr.translate_text("Hello world. How are you?\nFine.", beam_size=1,
+                                max_decoding_length=16, return_sentences=True)
+        tr.model.close()
+    assert isinstance(doc.text, str) and doc.text.count("\n") == 1
+    assert len(doc.sentences) == 3
+    report("text: zh-en with the en-pt vocabulary: %r" % doc.text)
