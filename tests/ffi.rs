@@ -1,13 +1,40 @@
 //! The C side of the library, tested from C: compiles every `ffi-tests/*.c` and the
-//! example `examples-c/tolk-translate.c` against `include/tolk.h` and the `libtolk.so` that
-//! `cargo build --release` wrote, runs them on the committed CTranslate2 fixture
-//! `ffi-tests/fixtures/tiny`, and again under valgrind when it is on PATH (no invalid
-//! accesses, no definite or indirect leaks).
+//! examples `examples-c/tolk-translate.c` and `examples-c/desktop.c` against `include/tolk.h`
+//! and the `libtolk.so` that `cargo build --release` wrote, runs them on the committed
+//! CTranslate2 fixture `ffi-tests/fixtures/tiny`, and again under valgrind when it is on PATH
+//! (no invalid accesses, no definite or indirect leaks; the programs see
+//! `TOLK_FFI_VALGRIND=1` there and may shrink their biggest inputs).
 //!
 //! `cargo test` does not relink libtolk.so: build it first (scripts/test.sh does). The
 //! tests refuse a library older than the sources rather than test stale code.
 //! Environment: CC (C compiler, default cc/gcc/clang), CARGO_TARGET_DIR, TOLK_LIB_DIR
-//! (test another build of the library).
+//! (test another build of the library), TOLK_MODELS (where the zh-en model is, for the
+//! tests that also run it; default models/, else ../shared/models).
+//!
+//! The fixture's `sentencepiece.model` (the tokenizer of the text API tests; 80 pieces,
+//! unigram, identity normalization so that it stays under 1 KB, every token of the fixture's
+//! vocabulary among its pieces) was trained with python `sentencepiece` 0.2.x, from the
+//! repository root:
+//!
+//! ```text
+//! python3 - <<'EOF'
+//! import sentencepiece as spm
+//! lines = """Hello world. How are you?
+//! A quick brown fox jumps over the lazy dog.
+//! The cat sat on the mat, and the dog sat on the log!
+//! We love to read and write small texts.
+//! Zebra quilt vex jinx kept my box.
+//! Pack my box with five dozen liquor jugs.
+//! She sells sea shells by the sea shore.
+//! This is a test of the tiny model.
+//! Un café à l'école en été: élan, élève, étoile, écho, état.
+//! Hello again world; hello, hello.
+//! Say é and é again, é is a letter: é.""".splitlines()
+//! with open("ffi-tests/fixtures/tiny/sentencepiece.model", "wb") as f:
+//!     spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=f, model_type="unigram",
+//!         vocab_size=80, character_coverage=1.0, normalization_rule_name="identity", minloglevel=2)
+//! EOF
+//! ```
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -113,7 +140,7 @@ fn compile(source: &Path) -> PathBuf {
 
 /// Runs `cmd` with `stdin` as its input; a thread feeds it so that large outputs cannot
 /// deadlock the pipes.
-fn run(mut cmd: Command, stdin: &str) -> Output {
+fn run(mut cmd: Command, stdin: impl AsRef<[u8]>) -> Output {
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     // Tests run in parallel: a binary another thread just wrote can be briefly "busy"
     // (ETXTBSY) while a concurrent fork still holds its file open.
@@ -128,9 +155,9 @@ fn run(mut cmd: Command, stdin: &str) -> Output {
         }
     };
     let mut pipe = child.stdin.take().unwrap();
-    let input = stdin.to_string();
+    let input = stdin.as_ref().to_vec();
     let writer = std::thread::spawn(move || {
-        let _ = pipe.write_all(input.as_bytes()); // the program may exit without reading
+        let _ = pipe.write_all(&input); // the program may exit without reading
     });
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
@@ -147,7 +174,8 @@ fn run_under_valgrind(binary: &Path, args: &[&str], stdin: &str) {
     cmd.args(["--quiet", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect"])
         .args(["--show-leak-kinds=definite,indirect", "--error-exitcode=99"])
         .arg(binary)
-        .args(args);
+        .args(args)
+        .env("TOLK_FFI_VALGRIND", "1");
     let out = run(cmd, stdin);
     assert!(
         out.status.success(),
@@ -230,25 +258,64 @@ fn parse_cli_lines(stdout: &str) -> Vec<(f64, String)> {
         .collect()
 }
 
-/// Builds the CLI with its Makefile (make is part of what is tested), or directly
+/// The C examples, built once per test process (tests run in parallel and must not run
+/// two makes into one folder).
+struct Examples {
+    cli: PathBuf,
+    desktop: PathBuf,
+}
+
+/// Builds the examples with their Makefile (make is part of what is tested), or directly
 /// without make.
+fn examples() -> &'static Examples {
+    static BUILT: std::sync::OnceLock<Examples> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let has_make = Command::new("make").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
+        if !has_make {
+            eprintln!("make is not installed: compiling the examples-c programs directly");
+            return Examples {
+                cli: compile(&manifest_dir().join("examples-c/tolk-translate.c")),
+                desktop: compile(&manifest_dir().join("examples-c/desktop.c")),
+            };
+        }
+        let build = out_dir().join("examples-c");
+        let out = Command::new("make")
+            .arg("-C")
+            .arg(manifest_dir().join("examples-c"))
+            .arg(format!("BUILD={}", build.display()))
+            .arg(format!("TOLK_LIB_DIR={}", lib_dir().display()))
+            .arg(format!("CC={}", c_compiler()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "make -C examples-c failed:\n{}{}", text(&out.stdout), text(&out.stderr));
+        Examples { cli: build.join("tolk-translate"), desktop: build.join("desktop") }
+    })
+}
+
+/// The path of the CLI, built.
 fn build_cli() -> PathBuf {
-    let has_make = Command::new("make").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
-    if !has_make {
-        eprintln!("make is not installed: compiling examples-c/tolk-translate.c directly");
-        return compile(&manifest_dir().join("examples-c/tolk-translate.c"));
+    examples().cli.clone()
+}
+
+/// Runs `binary` with `args` and `stdin`: (exit code, stdout, stderr).
+fn run_program(binary: &Path, args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(binary);
+    cmd.args(args);
+    let out = run(cmd, stdin);
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A temporary copy of the fixture's model without its tokenizer: DIR/model, where neither
+/// DIR/model nor DIR (also searched) has a SentencePiece model.
+fn fixture_without_tokenizer(name: &str) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("tolk-ffi-{name}-{}", std::process::id()));
+    let dir = root.join("model");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["model.bin", "config.json", "shared_vocabulary.json"] {
+        std::fs::copy(fixture().join(file), dir.join(file)).unwrap();
     }
-    let build = out_dir().join("examples-c");
-    let out = Command::new("make")
-        .arg("-C")
-        .arg(manifest_dir().join("examples-c"))
-        .arg(format!("BUILD={}", build.display()))
-        .arg(format!("TOLK_LIB_DIR={}", lib_dir().display()))
-        .arg(format!("CC={}", c_compiler()))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "make -C examples-c failed:\n{}{}", text(&out.stdout), text(&out.stderr));
-    build.join("tolk-translate")
+    dir
 }
 
 #[test]
@@ -320,7 +387,9 @@ fn the_c_example_translates_lines_and_reports_errors() {
     // Bad usage: exit 2 and a message naming the problem.
     let usage_errors: &[(&[&str], &str)] = &[
         (&[], "--model"),
-        (&["--model", model], "--tokens"), // text mode is not available yet
+        (&["--model", model, "--n-best", "2"], "--n-best"), // text mode: one translation per line
+        (&["--model", model, "--split", "words"], "--split"),
+        (&["--model", model, "--max-sentence-tokens", "x"], "--max-sentence-tokens"),
         (&["--model", model, "--tokens", "--beam", "x"], "--beam"),
         (&["--model", model, "--tokens", "--beam", "-1"], "--beam"),
         (&["--model", model, "--tokens", "--n-best", "99999999999"], "--n-best"),
@@ -361,6 +430,275 @@ fn the_c_example_translates_lines_and_reports_errors() {
     }
 }
 
+/// Splits text-mode `--scores` lines "s1,s2,... ||| text" into the sentence scores and text.
+fn parse_text_score_lines(stdout: &str) -> Vec<(Vec<f64>, String)> {
+    stdout
+        .split_terminator('\n')
+        .map(|l| {
+            let (scores, text) = l.split_once(" ||| ").unwrap_or_else(|| panic!("no \" ||| \" in {l:?}"));
+            let scores = if scores.is_empty() {
+                vec![]
+            } else {
+                scores.split(',').map(|s| s.parse().unwrap_or_else(|e| panic!("score {s:?} in {l:?}: {e}"))).collect()
+            };
+            (scores, text.to_string())
+        })
+        .collect()
+}
+
+/// Text mode, the CLI's default: one output line per input line (a last line without a
+/// newline included), empty and blank lines back as they were, sentences translated one by
+/// one (--scores: one score per sentence), --split line, wrapping, the tokenizer options, and
+/// their errors.
+#[test]
+fn the_c_example_translates_text_lines() {
+    let binary = build_cli();
+    let model = fixture();
+    let model = model.to_str().unwrap();
+    let cli = |args: &[&str], stdin: &str| run_program(&binary, args, stdin);
+    let input = "Hello world. How are you?\nThe cat sat on the mat.\n\n   \nZebra quilt vex jinx. We love to read. Say é again!\nz";
+    let quick = ["--model", model, "--max-decoding-length", "24"];
+
+    let (code, stdout, stderr) = cli(&quick, input);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.split_terminator('\n').collect();
+    assert!(stdout.ends_with('\n'), "{stdout:?}");
+    assert_eq!(lines.len(), 6, "one line per input line:\n{stdout}");
+    assert_eq!((lines[2], lines[3]), ("", "   "), "empty and blank lines stay as they were");
+    for i in [0, 1, 4, 5] {
+        let line = lines[i];
+        assert!(!line.is_empty() && line.trim() == line && !line.contains('\u{2581}'), "line {i}: {line:?}");
+    }
+    // Each line is translated on its own.
+    let (code, alone, _) = cli(&quick, "The cat sat on the mat.\n");
+    assert_eq!((code, alone), (Some(0), format!("{}\n", lines[1])));
+    // Batching and threads do not change the output.
+    for extra in [
+        &["--max-batch-size", "1"][..],
+        &["--batch-type", "tokens", "--max-batch-size", "7"],
+        &["--intra-threads", "2"],
+    ] {
+        let (code, again, stderr) = cli(&[&quick[..], extra].concat(), input);
+        assert_eq!(code, Some(0), "{extra:?}: {stderr}");
+        assert_eq!(again, stdout, "{extra:?} changed the output");
+    }
+
+    // --scores: "s1,s2 ||| text", one finite score <= 0 per sentence, the same texts.
+    let (code, scored, stderr) = cli(&[&quick[..], &["--scores"]].concat(), input);
+    assert_eq!(code, Some(0), "{stderr}");
+    let scored = parse_text_score_lines(&scored);
+    let counts: Vec<usize> = scored.iter().map(|(s, _)| s.len()).collect();
+    assert_eq!(counts, [2, 1, 0, 0, 3, 1], "sentences per line: {scored:?}");
+    assert!(scored.iter().flat_map(|(s, _)| s).all(|s| s.is_finite() && *s <= 0.0), "{scored:?}");
+    let texts: Vec<&str> = scored.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts, lines, "--scores changed the translations");
+
+    // --split line: every non-blank line is one sentence; lines of one sentence are
+    // translated as before.
+    let (code, by_line, stderr) = cli(&[&quick[..], &["--split", "line", "--scores"]].concat(), input);
+    assert_eq!(code, Some(0), "{stderr}");
+    let by_line = parse_text_score_lines(&by_line);
+    let counts: Vec<usize> = by_line.iter().map(|(s, _)| s.len()).collect();
+    assert_eq!(counts, [1, 1, 0, 0, 1, 1], "--split line: {by_line:?}");
+    assert_eq!((by_line[1].1.as_str(), by_line[5].1.as_str()), (lines[1], lines[5]));
+    let (code, explicit, _) = cli(&[&quick[..], &["--split", "sentences"]].concat(), input);
+    assert_eq!((code, explicit), (Some(0), stdout.clone()), "--split sentences is the default");
+
+    // --max-sentence-tokens: long sentences are wrapped into more parts.
+    let (code, wrapped, stderr) = cli(&[&quick[..], &["--max-sentence-tokens", "4", "--scores"]].concat(), input);
+    assert_eq!(code, Some(0), "{stderr}");
+    let wrapped = parse_text_score_lines(&wrapped);
+    assert!(wrapped[1].0.len() >= 3, "a sentence of ~10 tokens cut at 4: {wrapped:?}");
+    let (code, _, stderr) = cli(&[&quick[..], &["--max-sentence-tokens", "1"]].concat(), input);
+    assert!(code == Some(1) && stderr.contains("max_sentence_tokens"), "{code:?} {stderr}");
+
+    // No input, no output.
+    let (code, out, _) = cli(&quick, "");
+    assert_eq!((code, out.as_str()), (Some(0), ""));
+    // Invalid UTF-8 is the library's error.
+    let out = run(
+        {
+            let mut cmd = Command::new(&binary);
+            cmd.args(quick);
+            cmd
+        },
+        b"fine\n\xff\xfe\n".as_slice(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("UTF-8") && out.stdout.is_empty(), "{}", text(&out.stderr));
+
+    // Tokenizers: a model without one fails in text mode (tokens still work), a named one
+    // replaces the package's, a missing one is an error naming it.
+    let bare = fixture_without_tokenizer("cli");
+    let bare = bare.to_str().unwrap();
+    let spm = fixture().join("sentencepiece.model");
+    let spm = spm.to_str().unwrap();
+    let (code, out, stderr) = cli(&["--model", bare], "Hello world.\n");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("SentencePiece") && out.is_empty(), "{stderr}");
+    let (code, _, stderr) = cli(&["--model", bare, "--tokens"], "a b c\n");
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, out, stderr) = cli(&["--model", bare, "--source-spm", spm, "--max-decoding-length", "24"], input);
+    assert_eq!((code, out), (Some(0), stdout.clone()), "--source-spm: {stderr}");
+    let (code, out, stderr) = cli(&[&quick[..], &["--source-spm", spm, "--target-spm", spm]].concat(), input);
+    assert_eq!((code, out), (Some(0), stdout.clone()), "--target-spm: {stderr}");
+    for args in [
+        &["--model", model, "--source-spm", "/nonexistent/source.spm"][..],
+        &["--model", model, "--target-spm", "/nonexistent/source.spm"],
+    ] {
+        let (code, out, stderr) = cli(args, "Hello.\n");
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("/nonexistent/source.spm") && out.is_empty(), "{args:?}: {stderr}");
+    }
+
+    if valgrind_available() {
+        run_under_valgrind(&binary, &[&quick[..], &["--scores", "--beam", "3"]].concat(), input);
+        // The error path of a package without a tokenizer frees what it allocated too.
+        let mut cmd = Command::new("valgrind");
+        cmd.args(["--quiet", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99"])
+            .arg(&binary)
+            .args(["--model", bare]);
+        let out = run(cmd, input);
+        assert_eq!(out.status.code(), Some(1), "valgrind found errors on an error path:\n{}", text(&out.stderr));
+    }
+    let _ = std::fs::remove_dir_all(Path::new(bare).parent().unwrap());
+}
+
+/// examples-c/desktop.c: loads the model, translates stdin or a file on its worker thread and
+/// prints the translation (the CLI's, for the same lines) and the aligned sentence pairs,
+/// whose byte ranges cut the source and the translation into exactly those sentences.
+#[test]
+fn the_desktop_example_translates_and_aligns_sentences() {
+    let desktop = examples().desktop.clone();
+    let model = fixture();
+    let model = model.to_str().unwrap();
+    let input = "Hello world. How are you?\nThe cat sat on the mat.\n\nZebra quilt vex jinx. We love to read.\n";
+    let sentences =
+        ["Hello world.", "How are you?", "The cat sat on the mat.", "Zebra quilt vex jinx.", "We love to read."];
+
+    let (code, stdout, stderr) = run_program(&desktop, &[model], input);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("hover lookup failed"), "{stderr}");
+    let marker = format!("--- {} aligned sentences ---\n", sentences.len());
+    let (translation, pairs) = stdout.split_once(&marker).unwrap_or_else(|| panic!("no {marker:?} in {stdout:?}"));
+    // The same translation as the CLI's, which translates line by line.
+    let (code, by_lines, _) = run_program(&build_cli(), &["--model", model], input);
+    assert_eq!((code, translation), (Some(0), by_lines.as_str()));
+
+    // "N. source [a, b): S" and "   target [c, d): T" for each sentence.
+    let parse = |line: &str, label: &str| -> (usize, usize, String) {
+        let rest = line.split_once(label).unwrap_or_else(|| panic!("no {label:?} in {line:?}")).1;
+        let (range, sentence) = rest.split_once("): ").unwrap();
+        let (begin, end) = range.split_once(", ").unwrap();
+        (begin.parse().unwrap(), end.parse().unwrap(), sentence.to_string())
+    };
+    let lines: Vec<&str> = pairs.lines().collect();
+    assert_eq!(lines.len(), 2 * sentences.len(), "{pairs}");
+    let (mut source_end, mut target_end) = (0, 0);
+    for (i, pair) in lines.chunks(2).enumerate() {
+        assert!(pair[0].starts_with(&format!("{}. source [", i + 1)), "{pairs}");
+        let (sb, se, source) = parse(pair[0], "source [");
+        let (tb, te, target) = parse(pair[1], "   target [");
+        assert_eq!(source, sentences[i]);
+        assert_eq!(&input[sb..se], source, "source range of sentence {i}");
+        assert!(source_end <= sb && target_end <= tb && tb < te, "ranges out of order at sentence {i}: {pairs}");
+        assert_eq!(&translation[tb..te], target, "target range of sentence {i}");
+        (source_end, target_end) = (se, te);
+    }
+
+    // FILE instead of stdin.
+    let file = out_dir().join("desktop_input.txt");
+    std::fs::write(&file, input).unwrap();
+    let (code, from_file, _) = run_program(&desktop, &[model, file.to_str().unwrap()], "");
+    assert_eq!((code, from_file), (Some(0), stdout.clone()));
+
+    // The error dialogs: the model does not load; the worker's translation fails (its
+    // message, copied from the worker thread's tolk_last_error, reaches the UI); no file.
+    let (code, out, stderr) = run_program(&desktop, &["/nonexistent/model"], input);
+    assert!(code == Some(1) && out.is_empty() && stderr.contains("/nonexistent/model"), "{stderr}");
+    let bare = fixture_without_tokenizer("desktop");
+    let (code, out, stderr) = run_program(&desktop, &[bare.to_str().unwrap()], input);
+    assert!(code == Some(1) && out.is_empty() && stderr.contains("SentencePiece"), "{code:?} {stderr}");
+    let (code, _, stderr) = run_program(&desktop, &[model, "/nonexistent/input.txt"], "");
+    assert!(code == Some(1) && stderr.contains("/nonexistent/input.txt"), "{stderr}");
+    let (code, _, stderr) = run_program(&desktop, &[], "");
+    assert!(code == Some(2) && stderr.contains("usage"), "{stderr}");
+
+    if valgrind_available() {
+        run_under_valgrind(&desktop, &[model], input);
+        let mut cmd = Command::new("valgrind");
+        cmd.args(["--quiet", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99"])
+            .arg(&desktop)
+            .arg(&bare);
+        let out = run(cmd, input);
+        assert_eq!(out.status.code(), Some(1), "valgrind found errors on an error path:\n{}", text(&out.stderr));
+    }
+    let _ = std::fs::remove_dir_all(bare.parent().unwrap());
+}
+
+/// With the real zh-en model (TOLK_MODELS, else models/ or ../shared/models): the CLI's text
+/// mode turns Chinese verses into English without SentencePiece's "▁", and gives exactly
+/// the token mode's translation of python sentencepiece's pieces, detokenized (pieces
+/// joined, "▁" -> space, trimmed). Skipped without the model, python3 or sentencepiece.
+#[test]
+fn the_c_example_text_mode_matches_token_mode_on_zh_en() {
+    let Some(models) = zh_en_models() else {
+        eprintln!("zh-en model not found: text mode not checked on it");
+        return;
+    };
+    let model_dir = models.join("zh-en-ct2");
+    let model = model_dir.to_str().unwrap();
+    // One sentence per verse, so that sentence splitting cuts nothing.
+    let verses = "耶稣基督是大卫的子孙，亚伯拉罕的后裔。\n你们要彼此相爱。\n我是世界的光。\n";
+    let encode = "import sys, sentencepiece as s\n\
+                  sp = s.SentencePieceProcessor(model_file=sys.argv[1])\n\
+                  for line in sys.stdin.read().splitlines():\n    print(' '.join(sp.encode(line, out_type=str)))\n";
+    let has_sentencepiece = Command::new("python3")
+        .args(["-c", "import sentencepiece"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_sentencepiece {
+        eprintln!("python3 with sentencepiece not available: text mode not checked on zh-en");
+        return;
+    }
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", encode]).arg(model_dir.join("sentencepiece.model")).env("PYTHONIOENCODING", "utf-8");
+    let python = run(cmd, verses);
+    assert!(python.status.success(), "python sentencepiece failed:\n{}", text(&python.stderr));
+    let pieces = text(&python.stdout);
+    assert_eq!(pieces.lines().count(), 3, "{pieces}");
+
+    let binary = build_cli();
+    let (code, by_tokens, stderr) = run_program(&binary, &["--model", model, "--tokens"], &pieces);
+    assert_eq!(code, Some(0), "{stderr}");
+    let expected: String = by_tokens
+        .lines()
+        .map(|l| format!("{}\n", l.split(' ').collect::<String>().replace('\u{2581}', " ").trim()))
+        .collect();
+    for split in ["sentences", "line"] {
+        let (code, by_text, stderr) = run_program(&binary, &["--model", model, "--split", split], verses);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(by_text.lines().count(), 3, "{by_text}");
+        assert!(!by_text.contains('\u{2581}'), "{by_text}");
+        assert!(
+            by_text.lines().all(|l| l.is_ascii() && l.chars().any(|c| c.is_ascii_alphabetic())),
+            "not English: {by_text}"
+        );
+        assert_eq!(by_text, expected, "--split {split}: text mode differs from token mode on python's pieces");
+    }
+}
+
+/// The folder holding zh-en-ct2/: TOLK_MODELS, else models/ or ../shared/models.
+fn zh_en_models() -> Option<PathBuf> {
+    std::env::var_os("TOLK_MODELS")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([manifest_dir().join("models"), manifest_dir().join("../shared/models")])
+        .find(|d| d.join("zh-en-ct2/model.bin").is_file())
+}
+
 /// The README's C example compiles as printed and, where the zh-en model is available
 /// (TOLK_MODELS, else models/ or ../shared/models), translates with it.
 #[test]
@@ -371,12 +709,7 @@ fn the_readme_c_example_compiles_and_runs() {
     let source = out_dir().join("readme_example.c");
     std::fs::write(&source, code).unwrap();
     let binary = compile(&source);
-    let models = std::env::var_os("TOLK_MODELS")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain([manifest_dir().join("models"), manifest_dir().join("../shared/models")])
-        .find(|d| d.join("zh-en-ct2/model.bin").is_file());
-    let Some(models) = models else {
+    let Some(models) = zh_en_models() else {
         eprintln!("zh-en model not found: the README example was compiled, not run");
         return;
     };

@@ -113,6 +113,7 @@ pub unsafe extern "C" fn tolk_translate_text_batch(
     out_result: *mut *mut TolkTextResult,
 ) -> TolkStatus {
     guard("tolk_translate_text_batch", || {
+        clear(out_result);
         let mut batch = Vec::with_capacity(count.min(1 << 16));
         if count > 0 {
             non_null(texts, "texts")?;
@@ -138,10 +139,18 @@ pub unsafe extern "C" fn tolk_translate_text(
     out_result: *mut *mut TolkTextResult,
 ) -> TolkStatus {
     guard("tolk_translate_text", || {
+        clear(out_result);
         let texts = [non_null(text, "text")?];
         let text = read_text(texts.as_ptr(), ptr::null(), 0)?;
         translate(translator, &[text], options, text_options, out_result)
     })
+}
+
+/// A failed call leaves NULL in the caller's result pointer, whatever fails first.
+unsafe fn clear(out_result: *mut *mut TolkTextResult) {
+    if !out_result.is_null() {
+        *out_result = ptr::null_mut();
+    }
 }
 
 unsafe fn translate(

@@ -80,6 +80,9 @@ pub fn translate_texts<S: AsRef<str>>(
                 let start = (sentence.start + pieces[chunk.start].range.start).max(covered);
                 let end = (sentence.start + pieces[chunk.end - 1].range.end).max(start);
                 let source = trim(text, start..end);
+                if source.is_empty() {
+                    continue; // Only blank pieces (a wrapped run of unknown spaces): nothing to translate.
+                }
                 covered = source.end;
                 units.push(Unit { text: t, source, pieces: pieces[chunk].iter().map(|p| p.piece.clone()).collect() });
             }
