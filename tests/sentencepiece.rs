@@ -3,14 +3,22 @@
 //! package 0.2), decoding inverts encoding, and truncated or garbage model files give
 //! errors without panicking.
 //!
-//! Two ignored tests are driven by tests/python/test_sentencepiece.py:
-//! `compare_with_reference` (TOLK_SPM_REFERENCE: the reference's outputs) and
+//! Three ignored tests are driven by tests/python/test_sentencepiece.py:
+//! `write_generated_models` (TOLK_SPM_GENERATED_DIR: writes the generated models of
+//! fuzz/src/lib.rs for the reference to encode), `compare_with_reference`
+//! (TOLK_SPM_REFERENCE: the reference's outputs, byte offsets included) and
 //! `bench_encode` (TOLK_SPM_BENCH_MODEL, TOLK_SPM_BENCH_DATA, TOLK_SPM_BENCH_REPEATS).
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
+use tolk::text::sentencepiece::EncodedPiece;
 use tolk::text::SentencePiece;
 use tolk::ErrorKind;
+
+/// The fuzz targets' bodies and generated models (shared with tests/fuzz_parsers.rs).
+#[allow(dead_code)]
+#[path = "../fuzz/src/lib.rs"]
+mod fuzz_bodies;
 
 const ZH_EN: &str = "zh-en-ct2/sentencepiece.model";
 const EN_PT: &str = "en-pt-bergamot/vocab.enpt.spm";
@@ -146,6 +154,253 @@ fn piece_lookups_and_out_of_range_ids() {
     assert_eq!(sp.id_to_piece(32000), None);
     let err = sp.decode_ids(&[9086, 32000]).unwrap_err();
     assert_eq!(err.kind, ErrorKind::OutOfRange);
+}
+
+/// `encode_with_offsets` as (piece, id, begin, end), to compare with the reference's
+/// `SentencePieceText` (`sp.encode(text, out_type="serialized_proto")` in Python).
+fn offsets(sp: &SentencePiece, text: &str) -> Vec<(String, u32, usize, usize)> {
+    sp.encode_with_offsets(text)
+        .into_iter()
+        .map(|p| (p.piece, p.id, p.range.start, p.range.end))
+        .collect()
+}
+
+fn expect_offsets(sp: &SentencePiece, text: &str, expected: &[(&str, u32, usize, usize)]) {
+    let expected: Vec<(String, u32, usize, usize)> = expected
+        .iter()
+        .map(|&(p, id, b, e)| (p.to_string(), id, b, e))
+        .collect();
+    assert_eq!(offsets(sp, text), expected, "offsets of {text:?}");
+}
+
+#[test]
+fn zh_en_offsets_match_reference() {
+    let Some(sp) = model(ZH_EN) else { return };
+    // Expectations from sentencepiece 0.2.3 (`begin`/`end` of the pieces).
+    expect_offsets(
+        &sp,
+        "  ＡＢＣ  １２３ ",
+        &[
+            ("▁", 4, 2, 2),
+            ("AB", 13581, 2, 8),
+            ("C", 151, 8, 11),
+            ("▁", 4, 11, 13),
+            ("123", 11295, 13, 22),
+        ],
+    );
+    expect_offsets(
+        &sp,
+        "e\u{301} ﬁ ①",
+        &[
+            ("▁", 4, 0, 0),
+            ("é", 5015, 0, 3),
+            ("▁", 4, 3, 4),
+            ("fi", 13556, 4, 7),
+            ("▁1", 1627, 7, 11),
+        ],
+    );
+    // Unknown characters in a row merge into one piece covering them all.
+    expect_offsets(
+        &sp,
+        "我爱你 😀😀 x",
+        &[
+            ("▁我爱你", 12228, 0, 9),
+            ("▁", 4, 9, 10),
+            ("😀😀", 0, 10, 18),
+            ("▁", 4, 18, 19),
+            ("x", 3067, 19, 20),
+        ],
+    );
+    // One character rewritten into two: the piece ending inside it covers nothing.
+    expect_offsets(
+        &sp,
+        "㍻",
+        &[("▁", 4, 0, 0), ("平", 2149, 0, 0), ("成", 758, 0, 3)],
+    );
+    // Removed whitespace belongs to the piece after it.
+    expect_offsets(&sp, "a  b ", &[("▁a", 1780, 0, 1), ("▁b", 2961, 1, 4)]);
+    expect_offsets(&sp, "", &[]);
+    expect_offsets(&sp, "   ", &[]);
+}
+
+#[test]
+fn en_pt_offsets_match_reference() {
+    let Some(sp) = model(EN_PT) else { return };
+    expect_offsets(
+        &sp,
+        "  ＡＢＣ  １２３ ",
+        &[("▁ABC", 19244, 2, 11), ("▁123", 18573, 11, 22)],
+    );
+    expect_offsets(
+        &sp,
+        "我爱你 😀😀 x",
+        &[
+            ("▁", 13, 0, 0),
+            ("我爱你", 1, 0, 9),
+            ("▁", 13, 9, 10),
+            ("😀😀", 1, 10, 18),
+            ("▁x", 1104, 18, 20),
+        ],
+    );
+    expect_offsets(&sp, "㍻", &[("▁", 13, 0, 0), ("平成", 1, 0, 3)]);
+    let text = "Olá, coração! 😀";
+    for p in sp.encode_with_offsets(text) {
+        assert!(text.get(p.range.clone()).is_some(), "{p:?}");
+    }
+}
+
+/// The generated models of fuzz/src/lib.rs (a charsmap whose rules expand, delete and
+/// produce spaces; byte fallback; every whitespace flag), expectations from the reference.
+#[test]
+fn generated_models_offsets_match_reference() {
+    use fuzz_bodies::{generated_model, ModelOptions};
+    let load = |index: usize| {
+        SentencePiece::from_bytes(&generated_model(ModelOptions::from_index(index))).unwrap()
+    };
+    // Unigram, charsmap, default whitespace handling. Deleted characters (U+200B) and
+    // removed spaces belong to the piece before the next output; `¦` becomes " | ", whose
+    // spaces are pieces of their own.
+    let sp = load(0);
+    expect_offsets(
+        &sp,
+        " ﬁ\u{200b}¦ab\u{3000}\u{3000}ｅ\u{301}x ",
+        &[
+            ("▁fi", 63, 1, 7),
+            ("▁", 3, 7, 7),
+            ("|", 49, 7, 7),
+            ("▁ab", 56, 7, 11),
+            ("▁é", 70, 11, 22),
+            ("x", 27, 22, 23),
+        ],
+    );
+    expect_offsets(
+        &sp,
+        " a  ¦ b ",
+        &[
+            ("▁a", 54, 1, 2),
+            ("▁", 3, 2, 4),
+            ("|", 49, 4, 4),
+            ("▁", 3, 4, 7),
+            ("b", 5, 7, 8),
+        ],
+    );
+    expect_offsets(
+        &sp,
+        "㍻Ⅻ",
+        &[
+            ("▁", 3, 0, 0),
+            ("平", 53, 0, 0),
+            ("成", 0, 0, 3),
+            ("XII", 67, 3, 6),
+        ],
+    );
+    expect_offsets(&sp, "a成😀", &[("▁a", 54, 0, 1), ("成😀", 0, 1, 8)]);
+    // A replacement ending in a space at the end of the text: the removed trailing space
+    // comes from `¦`, so the text consumed ends where `¦` starts.
+    expect_offsets(
+        &sp,
+        "a¦",
+        &[("▁a", 54, 0, 1), ("▁", 3, 1, 1), ("|", 49, 1, 1)],
+    );
+    expect_offsets(
+        &sp,
+        "ab <sep>abb",
+        &[
+            ("▁ab", 56, 0, 2),
+            ("▁", 3, 2, 3),
+            ("<sep>", 73, 3, 8),
+            ("ab", 55, 8, 10),
+            ("b", 5, 10, 11),
+        ],
+    );
+    // Byte fallback: the last byte piece covers the character, the others nothing.
+    let sp = load(2);
+    expect_offsets(
+        &sp,
+        "a成😀",
+        &[
+            ("▁a", 54, 0, 1),
+            ("<0xE6>", 305, 1, 1),
+            ("<0x88>", 211, 1, 1),
+            ("<0x90>", 219, 1, 4),
+            ("<0xF0>", 315, 4, 4),
+            ("<0x9F>", 234, 4, 4),
+            ("<0x98>", 227, 4, 4),
+            ("<0x80>", 203, 4, 8),
+        ],
+    );
+    expect_offsets(
+        &sp,
+        "㍻Ⅻ",
+        &[
+            ("▁", 3, 0, 0),
+            ("平", 53, 0, 0),
+            ("<0xE6>", 305, 0, 0),
+            ("<0x88>", 211, 0, 0),
+            ("<0x90>", 219, 0, 3),
+            ("XII", 67, 3, 6),
+        ],
+    );
+    // BPE: a merge into the UNUSED `abb` is split back into `ab` + `b` where it is (the
+    // reference keys the split by text; the parts must not take another occurrence's
+    // place).
+    let sp = load(1);
+    expect_offsets(
+        &sp,
+        "xabbxabb",
+        &[
+            ("▁", 3, 0, 0),
+            ("x", 27, 0, 1),
+            ("ab", 55, 1, 3),
+            ("b", 5, 3, 4),
+            ("x", 27, 4, 5),
+            ("ab", 55, 5, 7),
+            ("b", 5, 7, 8),
+        ],
+    );
+    // BPE, no dummy prefix, spaces as suffixes.
+    let sp = load(0b100101);
+    expect_offsets(
+        &sp,
+        " a  ¦ b ",
+        &[
+            ("a", 4, 1, 2),
+            ("▁", 3, 2, 4),
+            ("|", 49, 4, 4),
+            ("▁", 3, 4, 7),
+            ("b", 5, 7, 8),
+        ],
+    );
+    expect_offsets(&sp, "a成😀", &[("a", 4, 0, 1), ("成😀", 0, 1, 8)]);
+}
+
+/// Equal-scoring segmentations: the reference (0.2.3) sums path scores in single
+/// precision and keeps the first best path found, so `s` + `ss` (found first) beats the
+/// equal `ss` + `s`, and `▁▁` beats `▁` + `▁`. Summing in double precision (as 0.2.1
+/// did) picks the other one in these cases.
+#[test]
+fn unigram_ties_break_as_the_reference() {
+    use fuzz_bodies::{generated_model, ModelOptions};
+    let load = |index: usize| {
+        SentencePiece::from_bytes(&generated_model(ModelOptions::from_index(index))).unwrap()
+    };
+    let sp = load(0);
+    assert_eq!(sp.encode("Asss"), ["▁", "A", "s", "ss"]);
+    assert_eq!(sp.encode("ab  abb"), ["▁ab", "▁ab", "b"]);
+    let sp = load(8); // remove_extra_whitespaces off
+    expect_offsets(
+        &sp,
+        "b¦¦",
+        &[
+            ("▁", 3, 0, 0),
+            ("b", 5, 0, 1),
+            ("▁", 3, 1, 1),
+            ("|", 49, 1, 1),
+            ("▁▁", 71, 1, 3),
+            ("|", 49, 3, 3),
+            ("▁", 3, 3, 5),
+        ],
+    );
 }
 
 /// A hand-built ModelProto (the wire format written out by hand).
@@ -382,7 +637,30 @@ fn unhex(s: &str) -> String {
     String::from_utf8(bytes).unwrap()
 }
 
-/// Compares with the reference's outputs written by tests/python/test_sentencepiece.py.
+/// Writes the generated models of fuzz/src/lib.rs as `<index>-<name>.model` into
+/// TOLK_SPM_GENERATED_DIR, for tests/python/test_sentencepiece.py to encode with the
+/// reference.
+#[test]
+#[ignore]
+fn write_generated_models() {
+    use fuzz_bodies::{generated_model, ModelOptions, MODEL_VARIANTS};
+    let dir = PathBuf::from(
+        std::env::var("TOLK_SPM_GENERATED_DIR").expect("TOLK_SPM_GENERATED_DIR not set"),
+    );
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..MODEL_VARIANTS {
+        let o = ModelOptions::from_index(i);
+        std::fs::write(
+            dir.join(format!("{i:03}-{}.model", o.name())),
+            generated_model(o),
+        )
+        .unwrap();
+    }
+    println!("spm-generated {MODEL_VARIANTS} models in {}", dir.display());
+}
+
+/// Compares with the reference's outputs written by tests/python/test_sentencepiece.py:
+/// pieces, ids, decoding, and each piece's byte range (`encode_with_offsets`).
 #[test]
 #[ignore]
 fn compare_with_reference() {
@@ -390,23 +668,26 @@ fn compare_with_reference() {
     let text = std::fs::read_to_string(&path).unwrap();
     let mut sp: Option<SentencePiece> = None;
     let mut case = String::new();
-    let (mut total, mut same, mut failures) = (0usize, 0usize, Vec::new());
+    let (mut total, mut same, mut same_offsets) = (0usize, 0usize, 0usize);
+    let mut failures = Vec::new();
     let mut summary = Vec::new();
-    let mut finish = |case: &str, total: usize, same: usize| {
+    let mut finish = |case: &str, total: usize, same: usize, same_offsets: usize| {
         if !case.is_empty() {
             summary.push(format!(
-                "spm-identity {case}: {same}/{total} identical (pieces, ids and decoding)"
+                "spm-identity {case}: {same}/{total} identical (pieces, ids and decoding), \
+                 {same_offsets}/{total} identical offsets"
             ));
         }
     };
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("#case ") {
-            finish(&case, total, same);
+            finish(&case, total, same, same_offsets);
             let parts: Vec<&str> = rest.split(' ').collect();
             case = format!("{} {}", parts[0], parts[1]);
             sp = Some(SentencePiece::load(unhex(parts[2])).unwrap());
             total = 0;
             same = 0;
+            same_offsets = 0;
             continue;
         }
         let sp = sp.as_ref().expect("a #case line first");
@@ -423,19 +704,47 @@ fn compare_with_reference() {
             f[2].split(' ').map(|x| x.parse().unwrap()).collect()
         };
         let decoded = unhex(f[3]);
+        // begin:end per piece (the pieces and ids of the reference's SentencePieceText
+        // are those of columns 2 and 3: the Python side checks it).
+        let ranges: Vec<std::ops::Range<usize>> = match f.get(4) {
+            None | Some(&"-") => vec![],
+            Some(r) => r
+                .split(' ')
+                .map(|x| {
+                    let (b, e) = x.split_once(':').unwrap();
+                    b.parse().unwrap()..e.parse().unwrap()
+                })
+                .collect(),
+        };
+        let expected_offsets: Vec<EncodedPiece> = pieces
+            .iter()
+            .zip(&ids)
+            .zip(&ranges)
+            .map(|((p, &id), r)| EncodedPiece {
+                piece: p.clone(),
+                id,
+                range: r.clone(),
+            })
+            .collect();
         let got_pieces = sp.encode(&input);
         let got_ids = sp.encode_ids(&input);
         let got_decoded = sp.decode_ids(&ids).unwrap();
+        let got_offsets = sp.encode_with_offsets(&input);
         total += 1;
-        if got_pieces == pieces && got_ids == ids && got_decoded == decoded {
-            same += 1;
-        } else if failures.len() < 40 {
+        let tokens_ok = got_pieces == pieces && got_ids == ids && got_decoded == decoded;
+        let offsets_ok = ranges.len() == pieces.len() && got_offsets == expected_offsets;
+        same += tokens_ok as usize;
+        same_offsets += offsets_ok as usize;
+        if !(tokens_ok && offsets_ok) && failures.len() < 40 {
             failures.push(format!(
-                "[{case}] {input:?}\n  expected {pieces:?} {ids:?} {decoded:?}\n  got      {got_pieces:?} {got_ids:?} {got_decoded:?}"
+                "[{case}] {input:?}\n  expected {pieces:?} {ids:?} {decoded:?}\n  got      {got_pieces:?} {got_ids:?} {got_decoded:?}\n  \
+                 expected offsets {:?}\n  got offsets      {:?}",
+                ranges,
+                got_offsets.iter().map(|p| p.range.clone()).collect::<Vec<_>>()
             ));
         }
     }
-    finish(&case, total, same);
+    finish(&case, total, same, same_offsets);
     for s in &summary {
         println!("{s}");
     }

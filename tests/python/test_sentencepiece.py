@@ -2,9 +2,13 @@
 
 For each shared model (zh-en `sentencepiece.model`, en-pt `vocab.enpt.spm`) the reference
 encodes every dev line (zh, en, pt) and a generated corpus of tricky strings; the
-expectations (pieces, ids, decoded text) go to a file that the ignored Rust test
+expectations (pieces, ids, decoded text, and each piece's `begin`/`end` byte offsets in
+the input from the reference's `SentencePieceText`) go to a file that the ignored Rust test
 `compare_with_reference` (tests/sentencepiece.rs) checks, token for token, in a release
-build. Speed of both is measured on the dev lines and reported.
+build. The same is done for the 128 small models that fuzz/src/lib.rs generates (unigram
+and BPE, byte fallback, every whitespace flag, a charsmap whose rules expand, delete and
+produce spaces), written by the ignored Rust test `write_generated_models`. Speed of both
+is measured on the dev lines and reported.
 
 Environment: TOLK_MODELS / TOLK_DATA as in conftest.py; TOLK_SPM_BENCH_REPEATS (default 20).
 """
@@ -88,6 +92,30 @@ def tricky_corpus(seed=1234, n_random=600):
     return [s for s in out if not re.search("[\ud800-\udfff]", s)]
 
 
+def generated_corpus(seed=4321, n_random=160):
+    """Strings for the generated models: their charsmap's keys, pieces, unknown
+    characters and whitespace of every kind, mixed at random."""
+    fixed = [
+        "", " ", "  a  b  ", " \u00a0\u3000\t\n", "\u200b", "\u200b \u200ba\u200b ", "a\u200b",
+        " \ufb01\u200b\u00a6ab\u3000\u3000\uff45\u0301x ", "\u337b\u216b", "a\u6210\U0001F600",
+        " a  \u00a6 b ", "\u00a6", " \u00a6 ", "a\u00a6", "\u00a6\u00a6", "ab <sep>abb", "<sep>", "<unk>",
+        "\u2581", "\u2581\u2581a \u2581", "the the  thethe", "\u00df\u00df", "e\u0301\uff45\u0301\uff45",
+        "\uff21\uff22\uff23", "XII\u216b12 \u2460\u2460", "Hello\tworld  ", "\x00a\x00", "..!?",
+    ]
+    pool = (
+        ["\uff21", "\uff22", "\uff45", "\uff45\u0301", "e\u0301", "\ufb01", "\u2460", "\u216b", "\u337b", "\u00df",
+         "\u3000", "\u00a0", "\t", "\n", "\u200b", "\u00a6", " ", " ", " ", "  ", "<sep>", "abb", "\u2581",
+         "\u6210", "\U0001F600", "\u00e9", "H", "\x00", "\u0301"]
+        + list("abcdefghijklmnopqrstuvwxyzABCIX0123456789.,!?|-'")
+        + ["the", "ab", "fi", "12", "XII", "ss"]
+    )
+    rng = random.Random(seed)
+    out = list(fixed)
+    for _ in range(n_random):
+        out.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 24))))
+    return out
+
+
 def _hex(s: str) -> str:
     return s.encode("utf-8").hex() or "-"
 
@@ -114,9 +142,57 @@ def _corpora(data_root):
     return corpora
 
 
+def _varint(buf, i):
+    value = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, i
+
+
+def _fields(buf):
+    """(field number, value) of a serialized protobuf message (wire types 0, 1, 2, 5)."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            value = buf[i:i + n]
+            i += n
+        elif wire in (1, 5):
+            n = 8 if wire == 1 else 4
+            value = buf[i:i + n]
+            i += n
+        else:
+            raise ValueError("wire type %d" % wire)
+        yield key >> 3, value
+
+
+def encode_with_offsets(sp, text):
+    """The reference's pieces as (piece, id, begin, end), read from the serialized
+    `SentencePieceText` (no protobuf package needed): `pieces` is field 2, and in each
+    piece `piece` 1, `id` 2, `begin` 4, `end` 5."""
+    ser = sp.encode(text, out_type="serialized_proto")
+    out = []
+    for field, value in _fields(ser):
+        if field == 2:
+            p = {1: b"", 2: 0, 4: 0, 5: 0}
+            for f, v in _fields(value):
+                if f in p:
+                    p[f] = v
+            out.append((p[1].decode("utf-8"), p[2], p[4], p[5]))
+    return out
+
+
 def _write_reference(path, models, corpora):
     """One block per (model, corpus): `#case <model> <corpus> <spm path>`, then per input
-    `input_hex TAB pieces_hex... TAB ids... TAB decoded_hex`."""
+    `input_hex TAB pieces_hex... TAB ids... TAB decoded_hex TAB begin:end...`."""
     with open(path, "w", encoding="ascii") as out:
         for name, model_path in models.items():
             sp = spm.SentencePieceProcessor(model_file=model_path)
@@ -126,10 +202,30 @@ def _write_reference(path, models, corpora):
                     pieces = sp.encode(line, out_type=str)
                     ids = sp.encode(line)
                     decoded = sp.decode(ids)
+                    with_offsets = encode_with_offsets(sp, line)
+                    assert [(p, i) for p, i, _, _ in with_offsets] == list(zip(pieces, ids)), line
                     out.write(
-                        "%s\t%s\t%s\t%s\n"
-                        % (_hex(line), " ".join(_hex(p) for p in pieces) or "-", " ".join(map(str, ids)) or "-", _hex(decoded))
+                        "%s\t%s\t%s\t%s\t%s\n"
+                        % (
+                            _hex(line),
+                            " ".join(_hex(p) for p in pieces) or "-",
+                            " ".join(map(str, ids)) or "-",
+                            _hex(decoded),
+                            " ".join("%d:%d" % (b, e) for _, _, b, e in with_offsets) or "-",
+                        )
                     )
+
+
+def _generated_models(tmp_path):
+    """The generated models of fuzz/src/lib.rs, written by the Rust side: {name: path}."""
+    out_dir = tmp_path / "generated_models"
+    proc = _cargo_test("write_generated_models", {"TOLK_SPM_GENERATED_DIR": str(out_dir)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {
+        "gen-" + os.path.splitext(f)[0]: str(out_dir / f)
+        for f in sorted(os.listdir(out_dir))
+        if f.endswith(".model")
+    }
 
 
 def _cargo_test(test_name, env_extra, timeout=1200):
@@ -151,6 +247,30 @@ def test_identity_with_reference(models_root, data_root, tmp_path):
             report(line)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert "spm-identity" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_identity_with_reference_on_generated_models(tmp_path):
+    """Pieces, ids, decoding and offsets of the 128 generated models (every combination
+    of model type, byte fallback, whitespace flags and charsmap) on their own corpus."""
+    models = _generated_models(tmp_path)
+    assert len(models) == 128, sorted(models)
+    ref = tmp_path / "spm_reference_generated.tsv"
+    _write_reference(str(ref), models, {"generated": generated_corpus()})
+    proc = _cargo_test("compare_with_reference", {"TOLK_SPM_REFERENCE": str(ref)})
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("spm-identity")]
+    total = same = same_offsets = 0
+    for line in lines:
+        m = re.search(r": (\d+)/(\d+) identical \(pieces, ids and decoding\), (\d+)/\d+ identical offsets", line)
+        assert m, line
+        same += int(m.group(1))
+        total += int(m.group(2))
+        same_offsets += int(m.group(3))
+    report(
+        "spm-identity generated models (%d): %d/%d identical (pieces, ids and decoding), %d/%d identical offsets"
+        % (len(lines), same, total, same_offsets, total)
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    assert len(lines) == 128, proc.stdout[-3000:]
 
 
 def test_speed_against_reference(models_root, data_root, tmp_path):

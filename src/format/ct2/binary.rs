@@ -81,6 +81,8 @@ pub struct ModelBin {
     pub spec_name: String,
     pub spec_revision: u32,
     map: Arc<Mmap>,
+    /// Whether `map` maps a file (its pages can be dropped and read again), not memory.
+    file_backed: bool,
     variables: BTreeMap<String, RawVariable>,
     aliases: BTreeMap<String, String>,
 }
@@ -133,8 +135,34 @@ impl ModelBin {
         Self::parse(Arc::new(map))
     }
 
+    /// Parses a `model.bin` held in memory (tests, fuzzing, models not in files): the
+    /// bytes are checked first, then copied into an anonymous read-only mapping, so the
+    /// result is the same as for a mapped file.
+    pub fn from_bytes(bytes: &[u8]) -> Result<ModelBin> {
+        // Checking before copying also keeps an empty input away from `map_anon(0)`.
+        Self::parse_slice(bytes)?;
+        let mut map = memmap2::MmapMut::map_anon(bytes.len())
+            .map_err(|e| Error::io(format!("cannot allocate {} bytes for model.bin: {e}", bytes.len())))?;
+        map.copy_from_slice(bytes);
+        let map = map.make_read_only().map_err(|e| Error::io(format!("cannot protect model.bin: {e}")))?;
+        let mut bin = Self::parse(Arc::new(map))?;
+        bin.file_backed = false;
+        Ok(bin)
+    }
+
+    /// Parses a mapped `model.bin` (as `open` maps it).
     pub fn parse(map: Arc<Mmap>) -> Result<ModelBin> {
-        let mut c = Cursor { data: &map[..], pos: 0 };
+        let layout = Self::parse_slice(&map[..])?;
+        let (binary_version, spec_name, spec_revision, variables, aliases) = layout;
+        Ok(ModelBin { binary_version, spec_name, spec_revision, map, file_backed: true, variables, aliases })
+    }
+
+    /// Reads the layout: the header, where each variable's bytes are, the aliases.
+    #[allow(clippy::type_complexity)]
+    fn parse_slice(
+        data: &[u8],
+    ) -> Result<(u32, String, u32, BTreeMap<String, RawVariable>, BTreeMap<String, String>)> {
+        let mut c = Cursor { data, pos: 0 };
         let binary_version = c.u32("the binary version")?;
         if !SUPPORTED_BINARY_VERSIONS.contains(&binary_version) {
             return Err(if binary_version < 5 {
@@ -199,15 +227,14 @@ impl ModelBin {
                 c.data.len() - c.pos
             )));
         }
-        let bin = ModelBin { binary_version, spec_name, spec_revision, map, variables, aliases };
-        for (alias, target) in &bin.aliases {
-            if bin.resolve(alias).is_none() {
+        for (alias, target) in &aliases {
+            if resolve(&variables, &aliases, alias).is_none() {
                 return Err(Error::invalid_model(format!(
                     "model.bin: alias {alias:?} points to missing variable {target:?}"
                 )));
             }
         }
-        Ok(bin)
+        Ok((binary_version, spec_name, spec_revision, variables, aliases))
     }
 
     /// Names of the stored variables (aliases excluded).
@@ -221,19 +248,7 @@ impl ModelBin {
 
     /// Looks a name up, following aliases (an alias `a` also maps `a_scale` to `target_scale`).
     pub fn resolve(&self, name: &str) -> Option<&RawVariable> {
-        let mut name = name.to_string();
-        for _ in 0..8 {
-            if let Some(v) = self.variables.get(&name) {
-                return Some(v);
-            }
-            if let Some(target) = self.aliases.get(&name) {
-                name = target.clone();
-                continue;
-            }
-            let base = name.strip_suffix("_scale")?;
-            name = format!("{}_scale", self.aliases.get(base)?);
-        }
-        None
+        resolve(&self.variables, &self.aliases, name)
     }
 
     /// Whether some alias refers to the stored variable `name` (a shared weight).
@@ -305,6 +320,26 @@ impl ModelBin {
         };
         Ok(Tensor::from_vec(data, shape))
     }
+}
+
+fn resolve<'a>(
+    variables: &'a BTreeMap<String, RawVariable>,
+    aliases: &BTreeMap<String, String>,
+    name: &str,
+) -> Option<&'a RawVariable> {
+    let mut name = name.to_string();
+    for _ in 0..8 {
+        if let Some(v) = variables.get(&name) {
+            return Some(v);
+        }
+        if let Some(target) = aliases.get(&name) {
+            name = target.clone();
+            continue;
+        }
+        let base = name.strip_suffix("_scale")?;
+        name = format!("{}_scale", aliases.get(base)?);
+    }
+    None
 }
 
 /// A weight as stored quantized, with CTranslate2's scales (`w = q / scale`).
@@ -385,6 +420,9 @@ impl ModelBin {
     /// converted no longer need them, and tensors still borrowing the mapping fault their
     /// pages back in on use, so only what is really read stays in memory.
     pub fn release_pages(&self) {
+        if !self.file_backed {
+            return; // dropping an anonymous mapping's pages would zero them
+        }
         // SAFETY: the mapping is a read-only, file-backed mapping: dropping its pages only
         // means they are read again from the file (page cache) when next accessed.
         let _ = unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
@@ -395,7 +433,7 @@ impl ModelBin {
     /// whole file besides.
     pub fn release_variable(&self, name: &str) {
         const PAGE: usize = 4096;
-        let Some(v) = self.resolve(name) else { return };
+        let Some(v) = self.resolve(name).filter(|_| self.file_backed) else { return };
         // The mapping starts on a page boundary, so offsets align like addresses.
         let start = v.offset.next_multiple_of(PAGE);
         let end = (v.offset + v.num_bytes) / PAGE * PAGE;
@@ -426,9 +464,7 @@ mod tests {
     }
 
     fn parse_bytes(bytes: &[u8]) -> Result<ModelBin> {
-        let mut map = memmap2::MmapMut::map_anon(bytes.len()).unwrap();
-        map.copy_from_slice(bytes);
-        ModelBin::parse(Arc::new(map.make_read_only().unwrap()))
+        ModelBin::from_bytes(bytes)
     }
 
     /// A model.bin with an int8 weight (2 x 2, per-row scales), an int16 scalar-scaled

@@ -37,29 +37,38 @@ impl Vocabulary {
     pub fn load(dir: &Path, stem: &str, unk_token: &str) -> Result<Option<Vocabulary>> {
         let json_path = dir.join(format!("{stem}.json"));
         let txt_path = dir.join(format!("{stem}.txt"));
-        let tokens = if json_path.is_file() {
+        let (path, vocab) = if json_path.is_file() {
             let text = read_text(&json_path)?;
-            let doc = json::parse(&text).map_err(|e| Error::invalid_model(format!("{}: {e}", json_path.display())))?;
-            let Json::Array(items) = doc else {
-                return Err(Error::invalid_model(format!("{}: expected a JSON array of tokens", json_path.display())));
-            };
-            items
-                .into_iter()
-                .map(|item| match item {
-                    Json::String(s) => Ok(s),
-                    _ => Err(Error::invalid_model(format!("{}: every token must be a string", json_path.display()))),
-                })
-                .collect::<Result<Vec<_>>>()?
+            (json_path, Vocabulary::from_json(&text, unk_token))
         } else if txt_path.is_file() {
             let text = read_text(&txt_path)?;
-            text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect()
+            (txt_path, Vocabulary::from_lines(&text, unk_token))
         } else {
             return Ok(None);
         };
-        let path = if json_path.is_file() { json_path } else { txt_path };
+        vocab.map(Some).map_err(|e| Error::invalid_model(format!("{}: {}", path.display(), e.message)))
+    }
+
+    /// A vocabulary from the text of a `.json` file: a JSON array of token strings.
+    pub fn from_json(text: &str, unk_token: &str) -> Result<Vocabulary> {
+        let doc = json::parse(text).map_err(Error::invalid_model)?;
+        let Json::Array(items) = doc else {
+            return Err(Error::invalid_model("expected a JSON array of tokens"));
+        };
+        let tokens = items
+            .into_iter()
+            .map(|item| match item {
+                Json::String(s) => Ok(s),
+                _ => Err(Error::invalid_model("every token must be a string")),
+            })
+            .collect::<Result<Vec<_>>>()?;
         Vocabulary::new(tokens, unk_token)
-            .map(Some)
-            .map_err(|e| Error::invalid_model(format!("{}: {}", path.display(), e.message)))
+    }
+
+    /// A vocabulary from the text of a `.txt` file: one token per line (`\n` or `\r\n`).
+    pub fn from_lines(text: &str, unk_token: &str) -> Result<Vocabulary> {
+        let tokens = text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect();
+        Vocabulary::new(tokens, unk_token)
     }
 
     pub fn len(&self) -> usize {

@@ -9,6 +9,11 @@
 //! let pieces = sp.encode("我爱你");
 //! let ids = sp.encode_ids("我爱你");
 //! assert_eq!(sp.decode(&pieces), "我爱你");
+//! // Each piece with the byte range of the text it came from (`begin`/`end` of the
+//! // reference's `SentencePieceText`).
+//! for p in sp.encode_with_offsets("我爱你") {
+//!     println!("{} {} {:?}", p.piece, p.id, p.range);
+//! }
 //! ```
 //!
 //! A loaded `SentencePiece` is immutable: share it between threads freely.
@@ -75,7 +80,8 @@ pub struct SentencePiece {
 ///   range where the text after it starts, and `▁hello` covers just `hello`;
 /// - whitespace the normalizer removes belongs to the piece after it (`"a  b"` gives
 ///   `▁a` = `0..1`, `▁b` = `1..4`); removed leading and trailing whitespace belongs to no
-///   piece;
+///   piece (a charsmap rule whose replacement ends in a space, cut at the end of the
+///   text, cuts the last range where its character starts);
 /// - a character the charsmap rewrites into several (`ﬁ` to `fi`, `㍻` to `平成`) is
 ///   covered by the piece holding the end of its replacement: a piece ending inside the
 ///   replacement ends where the character starts (`㍻` gives `▁` = `0..0`, `平` = `0..0`,
@@ -354,7 +360,11 @@ impl SentencePiece {
             .normalizer
             .normalize_with_alignment(text, self.user_matcher.as_ref());
         let orig = |i: usize| {
-            let mut at = alignment.get(i).copied().unwrap_or(text.len()).min(text.len());
+            let mut at = alignment
+                .get(i)
+                .copied()
+                .unwrap_or(text.len())
+                .min(text.len());
             while !text.is_char_boundary(at) {
                 at -= 1;
             }
@@ -399,7 +409,11 @@ impl SentencePiece {
                 for (i, &b) in bytes[t.start..t.end].iter().enumerate() {
                     out.push(Token {
                         start: t.start,
-                        end: if i + 1 == t.end - t.start { t.end } else { t.start },
+                        end: if i + 1 == t.end - t.start {
+                            t.end
+                        } else {
+                            t.start
+                        },
                         id: self.byte_ids[b as usize],
                     });
                 }
@@ -415,8 +429,11 @@ impl SentencePiece {
         out
     }
 
-    /// The reference's optimized Viterbi (`EncodeOptimized`), with its float types:
-    /// candidate scores of pieces are compared in double precision, unknown ones in single.
+    /// The reference's optimized Viterbi (`EncodeOptimized`), with its float types as in
+    /// sentencepiece 0.2.3: path scores are single precision, a user-defined piece scores
+    /// `length * max_score - 0.1` (computed in double, then rounded). Ties between
+    /// segmentations (equal sums) go to the one found first, so the rounding matters:
+    /// 0.2.0 and 0.2.1 compared in double precision and can break some ties differently.
     fn encode_unigram(&self, s: &[u8]) -> Vec<Token> {
         #[derive(Clone, Copy)]
         struct Best {
@@ -453,16 +470,16 @@ impl SentencePiece {
                     continue;
                 }
                 let length = k - start;
-                let score: f64 = if kind == PieceType::UserDefined as u8 {
-                    (length as f32 * self.max_score) as f64 - 0.1
+                let score = if kind == PieceType::UserDefined as u8 {
+                    ((length as f32 * self.max_score) as f64 - 0.1) as f32
                 } else {
-                    piece_score as f64
+                    piece_score
                 };
-                let candidate = score + till_here as f64;
+                let candidate = score + till_here;
                 let target = &mut best[k];
-                if target.start == -1 || candidate > target.score as f64 {
+                if target.start == -1 || candidate > target.score {
                     *target = Best {
-                        score: candidate as f32,
+                        score: candidate,
                         start: start as i64,
                         id,
                     };
@@ -563,9 +580,10 @@ impl SentencePiece {
             pos += len;
         }
         let mut agenda = BinaryHeap::new();
-        // Merged UNUSED piece -> its two parts (byte ranges of `s`), keyed by text as in
-        // the reference (the last merge of a given text wins).
-        type RevMerge<'a> = HashMap<&'a str, ((usize, usize), (usize, usize))>;
+        // Merged UNUSED piece -> the length of its left part, keyed by text as in the
+        // reference (the last merge of a given text wins). The parts are split where the
+        // piece is, which may be elsewhere than the merge recorded (same text).
+        type RevMerge<'a> = HashMap<&'a str, usize>;
         let mut rev_merge: RevMerge<'s> = HashMap::new();
         let add_pair = |symbols: &Vec<Symbol>,
                         agenda: &mut BinaryHeap<Pair>,
@@ -591,10 +609,7 @@ impl SentencePiece {
                 size: merged.len(),
             });
             if p.kind == PieceType::Unused {
-                rev_merge.insert(
-                    &s[l.start..l.start + merged.len()],
-                    ((l.start, l.len), (r.start, r.len)),
-                );
+                rev_merge.insert(&s[l.start..l.start + merged.len()], l.len);
             }
         };
         for i in 1..symbols.len() {
@@ -632,9 +647,9 @@ impl SentencePiece {
                 let w = &s[start..start + len];
                 let id = self.piece_to_id(w);
                 if self.kind(id) == PieceType::Unused {
-                    if let Some(&(a, b)) = rev_merge.get(w) {
-                        stack.push(b);
-                        stack.push(a);
+                    if let Some(&left) = rev_merge.get(w) {
+                        stack.push((start + left, len - left));
+                        stack.push((start, left));
                         continue;
                     }
                 }
