@@ -15,6 +15,7 @@ pub const TOLK_ABI_VERSION: u32 = 1;
 /// Result of every fallible call.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // C names carry the type name.
 pub enum TolkStatus {
     TolkOk = 0,
     /// A required pointer argument was NULL.

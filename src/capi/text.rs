@@ -11,6 +11,7 @@ use crate::{SplitMode, TextOptions, TextTranslation};
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(dead_code)] // Values arrive from C as integers.
+#[allow(clippy::enum_variant_names)] // C names carry the type name.
 pub enum TolkSplitMode {
     /// Sentences inside each line; line breaks always end a sentence (default).
     TolkSplitSentences = 0,
