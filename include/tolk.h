@@ -152,14 +152,18 @@ typedef struct TolkModelOptions {
    */
   const char *compute_type;
   /**
-   * Path of the source SentencePiece model for text translation; NULL = look in the model
-   * directory and its parent (source.spm + target.spm, srcvocab.*.spm + trgvocab.*.spm,
-   * sentencepiece.model, spm.model, sentencepiece.bpe.model, vocab.*.spm).
+   * Path of the source SentencePiece model for text translation; NULL = the package's: in
+   * the model directory (or its parent for Argos packages) source.spm + target.spm,
+   * srcvocab.*.spm + trgvocab.*.spm, sentencepiece.model, spm.model,
+   * sentencepiece.bpe.model or vocab.*.spm. A package file that does not load leaves the
+   * model without a tokenizer (text calls then say why); a named file that does not load
+   * fails the load.
    */
   const char *source_tokenizer;
   /**
-   * Path of the target SentencePiece model; NULL = the source one when it knows the
-   * target vocabulary, else target pieces are joined by SentencePiece's generic rules.
+   * Path of the target SentencePiece model; NULL = the package's, else the source one when
+   * it knows the target vocabulary, else target pieces are joined by SentencePiece's
+   * generic rules.
    */
   const char *target_tokenizer;
 } TolkModelOptions;
@@ -246,6 +250,36 @@ typedef struct TolkTranslateOptions {
    */
   uint32_t batch_type;
 } TolkTranslateOptions;
+
+/**
+ * Where a translated sentence (or part of a long one) is. Always start from
+ * `tolk_sentence_info_default()`.
+ */
+typedef struct TolkSentenceInfo {
+  /**
+   * sizeof(TolkSentenceInfo), set by the _default() function (ABI versioning).
+   */
+  uint32_t struct_size;
+  /**
+   * The translation's score; NaN unless return_scores was set.
+   */
+  float score;
+  /**
+   * Byte range [source_begin, source_end) of the sentence in the source text.
+   */
+  size_t source_begin;
+  size_t source_end;
+  /**
+   * Byte range [target_begin, target_end) of its translation in the translated text.
+   */
+  size_t target_begin;
+  size_t target_end;
+  /**
+   * Index of the source sentence within its text: the parts of a sentence wrapped at
+   * max_sentence_tokens share it.
+   */
+  size_t sentence;
+} TolkSentenceInfo;
 
 /**
  * Settings of text translation. Always start from `tolk_text_options_default()`.
@@ -435,6 +469,11 @@ enum TolkStatus tolk_result_hypothesis(const struct TolkResult *result,
 void tolk_result_free(struct TolkResult *result);
 
 /**
+ * An empty TolkSentenceInfo with its struct_size set.
+ */
+struct TolkSentenceInfo tolk_sentence_info_default(void);
+
+/**
  * Default text settings (sentence splitting, 128 tokens at most per sentence).
  */
 struct TolkTextOptions tolk_text_options_default(void);
@@ -486,8 +525,9 @@ size_t tolk_text_result_count(const struct TolkTextResult *result);
 
 /**
  * The translation of text `index`: NUL-terminated UTF-8 owned by the result (valid until
- * tolk_text_result_free); `*out_length` (if not NULL) receives its length in bytes. NULL
- * when `result` is NULL or `index` out of range.
+ * tolk_text_result_free); `*out_length` (if not NULL) receives its length in bytes (use it
+ * when the source may hold NUL bytes: the spacing between sentences is copied from the
+ * source). NULL when `result` is NULL or `index` out of range.
  *
  * # Safety
  * `result` must be NULL or a live result; `out_length` NULL or writable.
@@ -506,21 +546,17 @@ const char *tolk_text_result_text(const struct TolkTextResult *result,
 size_t tolk_text_result_num_sentences(const struct TolkTextResult *result, size_t index);
 
 /**
- * Sentence `sentence` of text `index`: byte ranges [begin, end) of the source sentence in
- * the source text and of its translation in the translated text, and its score (NaN unless
- * return_scores was set). Every out pointer may be NULL.
+ * Part `part` of text `index`: a sentence, or one part of a sentence longer than
+ * max_sentence_tokens. Fields are written as far as `out->struct_size` reaches.
  *
  * # Safety
- * `result` must be a live result; the out pointers NULL or writable.
+ * `result` must be a live result; `out` NULL or a struct initialized by
+ * tolk_sentence_info_default.
  */
 enum TolkStatus tolk_text_result_sentence(const struct TolkTextResult *result,
                                           size_t index,
-                                          size_t sentence,
-                                          size_t *out_source_begin,
-                                          size_t *out_source_end,
-                                          size_t *out_target_begin,
-                                          size_t *out_target_end,
-                                          float *out_score);
+                                          size_t part,
+                                          struct TolkSentenceInfo *out);
 
 /**
  * Releases a text result and every string it handed out.

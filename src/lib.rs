@@ -43,6 +43,8 @@ pub use translator::{BatchType, TranslateOptions, TranslationResult};
 pub struct Model {
     inner: Arc<model::TransformerModel>,
     tokenizer: Option<Arc<Tokenizer>>,
+    /// Why the package's tokenizer did not load, if it did not.
+    tokenizer_problem: Option<String>,
     path: PathBuf,
 }
 
@@ -50,11 +52,11 @@ pub struct Model {
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     pub compute_type: ComputeType,
-    /// SentencePiece model of the source side; `None` = look in the package
+    /// SentencePiece model of the source side; `None` = the package's
     /// ([`TokenizerFiles::find`]).
     pub source_tokenizer: Option<PathBuf>,
-    /// SentencePiece model of the target side; `None` = the source one when it covers the
-    /// target vocabulary, else the generic piece rules.
+    /// SentencePiece model of the target side; `None` = the package's, else the source one
+    /// when it covers the target vocabulary, else the generic piece rules.
     pub target_tokenizer: Option<PathBuf>,
 }
 
@@ -76,19 +78,23 @@ impl Model {
     pub fn load_with_options(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
         let inner = model::TransformerModel::load(path, options.compute_type)?;
-        let files = match &options.source_tokenizer {
-            Some(source) => TokenizerFiles { source: Some(source.clone()), target: options.target_tokenizer.clone() },
-            None => {
-                let mut found = TokenizerFiles::find(path);
-                if options.target_tokenizer.is_some() {
-                    found.target = options.target_tokenizer.clone();
-                }
-                found
-            }
+        // Named files override what the package has, side by side; a package file that
+        // does not load leaves the model without a tokenizer (token translation still works)
+        // and the reason for translate_text's error.
+        let found = TokenizerFiles::find(path);
+        let named = options.source_tokenizer.is_some() || options.target_tokenizer.is_some();
+        let files = TokenizerFiles {
+            source: options.source_tokenizer.clone().or(found.source),
+            target: options.target_tokenizer.clone().or(found.target),
         };
         let vocabulary = &inner.target_vocabulary;
-        let tokenizer = Tokenizer::load(&files, (0..vocabulary.len() as u32).map(|id| vocabulary.token(id)))?;
-        Ok(Model { inner: Arc::new(inner), tokenizer: tokenizer.map(Arc::new), path: path.to_path_buf() })
+        let (tokenizer, tokenizer_problem) =
+            match Tokenizer::load(&files, (0..vocabulary.len() as u32).map(|id| vocabulary.token(id))) {
+                Ok(t) => (t.map(Arc::new), None),
+                Err(e) if named => return Err(e),
+                Err(e) => (None, Some(e.message)),
+            };
+        Ok(Model { inner: Arc::new(inner), tokenizer, tokenizer_problem, path: path.to_path_buf() })
     }
 
     /// The tokenizer found in (or given for) the package, if any: needed for text translation.
@@ -186,6 +192,7 @@ impl Default for TranslatorConfig {
 pub struct Translator {
     inner: translator::Translator,
     tokenizer: Option<Arc<Tokenizer>>,
+    tokenizer_problem: Option<String>,
     model_path: PathBuf,
 }
 
@@ -206,6 +213,7 @@ impl Translator {
         Ok(Translator {
             inner: translator::Translator::new(weights, config.intra_threads)?,
             tokenizer: model.tokenizer.clone(),
+            tokenizer_problem: model.tokenizer_problem.clone(),
             model_path: model.path.clone(),
         })
     }
@@ -229,13 +237,15 @@ impl Translator {
         text_options: &TextOptions,
     ) -> Result<Vec<TextTranslation>> {
         let tokenizer = self.tokenizer.as_deref().ok_or_else(|| {
-            Error::unsupported(format!(
-                "text translation needs a SentencePiece model and none was found for {} (looked for source.spm + \
-                 target.spm, srcvocab.*.spm + trgvocab.*.spm, sentencepiece.model, spm.model, \
-                 sentencepiece.bpe.model, vocab.*.spm in it and its parent directory): name one in the load \
-                 options, or translate tokens",
-                self.model_path.display()
-            ))
+            Error::unsupported(match &self.tokenizer_problem {
+                Some(problem) => format!("text translation needs the package's SentencePiece model, which did not load: {problem}"),
+                None => format!(
+                    "text translation needs a SentencePiece model and none was found for {} (looked for {}): name one \
+                     in the load options, or translate tokens",
+                    self.model_path.display(),
+                    TokenizerFiles::SEARCHED
+                ),
+            })
         })?;
         text::translate::translate_texts(&self.inner, tokenizer, texts, options, text_options)
     }

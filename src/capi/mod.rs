@@ -70,12 +70,16 @@ pub struct TolkModelOptions {
     /// What the weights are converted to at load: "default" (as saved, NULL), "auto"
     /// (int8 where the CPU has integer SIMD), "float32", "int8" (= "int8_float32"), "int16".
     pub compute_type: *const c_char,
-    /// Path of the source SentencePiece model for text translation; NULL = look in the model
-    /// directory and its parent (source.spm + target.spm, srcvocab.*.spm + trgvocab.*.spm,
-    /// sentencepiece.model, spm.model, sentencepiece.bpe.model, vocab.*.spm).
+    /// Path of the source SentencePiece model for text translation; NULL = the package's: in
+    /// the model directory (or its parent for Argos packages) source.spm + target.spm,
+    /// srcvocab.*.spm + trgvocab.*.spm, sentencepiece.model, spm.model,
+    /// sentencepiece.bpe.model or vocab.*.spm. A package file that does not load leaves the
+    /// model without a tokenizer (text calls then say why); a named file that does not load
+    /// fails the load.
     pub source_tokenizer: *const c_char,
-    /// Path of the target SentencePiece model; NULL = the source one when it knows the
-    /// target vocabulary, else target pieces are joined by SentencePiece's generic rules.
+    /// Path of the target SentencePiece model; NULL = the package's, else the source one when
+    /// it knows the target vocabulary, else target pieces are joined by SentencePiece's
+    /// generic rules.
     pub target_tokenizer: *const c_char,
 }
 
@@ -244,21 +248,37 @@ versioned!(TolkTranslateOptions {
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type
 });
 
-/// Copies a caller's options struct over the defaults, honouring its `struct_size` so that
-/// programs built against an older (smaller) header keep working. A size that ends inside
-/// a field is refused: it cannot come from any version of the struct.
-unsafe fn read_versioned<T: Versioned>(p: *const T, defaults: T, struct_size: u32) -> Result<T, Error> {
+/// Checks a versioned struct's `struct_size`: at least the size field, at most the full
+/// struct, and not ending inside a field (no version of the struct has such a size).
+fn check_struct_size<T: Versioned>(struct_size: u32) -> Result<usize, Error> {
     let size = struct_size as usize;
     let full = std::mem::size_of::<T>();
     let splits_a_field = T::fields().iter().any(|&(offset, len)| offset < size && size < offset + len);
     if size < std::mem::size_of::<u32>() || size > full || splits_a_field {
         return Err(Error::invalid_argument(format!(
-            "options struct_size is {size}, expected {full}: initialize options with the *_default() function"
+            "struct_size is {size}, expected {full}: initialize the struct with its *_default() function"
         )));
     }
+    Ok(size)
+}
+
+/// Copies a caller's options struct over the defaults, honouring its `struct_size` so that
+/// programs built against an older (smaller) header keep working.
+unsafe fn read_versioned<T: Versioned>(p: *const T, defaults: T, struct_size: u32) -> Result<T, Error> {
+    let size = check_struct_size::<T>(struct_size)?;
     let mut out = defaults;
     ptr::copy_nonoverlapping(p as *const u8, &mut out as *mut T as *mut u8, size);
     Ok(out)
+}
+
+/// Writes `value` into a caller's struct as far as its `struct_size` (read from the
+/// caller's struct) reaches: an older caller gets the fields it knows.
+unsafe fn write_versioned<T: Versioned>(p: *mut T, value: T, struct_size: u32) -> Result<(), Error> {
+    let size = check_struct_size::<T>(struct_size)?;
+    // The caller's struct_size stays as the caller set it.
+    let skip = std::mem::size_of::<u32>();
+    ptr::copy_nonoverlapping((&value as *const T as *const u8).add(skip), (p as *mut u8).add(skip), size - skip);
+    Ok(())
 }
 
 /// The library version, e.g. "0.1.0" (static string).

@@ -3,7 +3,10 @@
 use std::ffi::{c_char, CStr};
 use std::ptr;
 
-use super::{guard, non_null, read_translate_options, read_versioned, Failure, TolkStatus, TolkTranslateOptions, TolkTranslator};
+use super::{
+    guard, non_null, read_translate_options, read_versioned, write_versioned, Failure, TolkStatus, TolkTranslateOptions,
+    TolkTranslator,
+};
 use crate::error::Error;
 use crate::{SplitMode, TextOptions, TextTranslation};
 
@@ -36,6 +39,42 @@ pub struct TolkTextOptions {
 }
 
 super::versioned!(TolkTextOptions { struct_size, split_mode, max_sentence_tokens });
+
+/// Where a translated sentence (or part of a long one) is. Always start from
+/// `tolk_sentence_info_default()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TolkSentenceInfo {
+    /// sizeof(TolkSentenceInfo), set by the _default() function (ABI versioning).
+    pub struct_size: u32,
+    /// The translation's score; NaN unless return_scores was set.
+    pub score: f32,
+    /// Byte range [source_begin, source_end) of the sentence in the source text.
+    pub source_begin: usize,
+    pub source_end: usize,
+    /// Byte range [target_begin, target_end) of its translation in the translated text.
+    pub target_begin: usize,
+    pub target_end: usize,
+    /// Index of the source sentence within its text: the parts of a sentence wrapped at
+    /// max_sentence_tokens share it.
+    pub sentence: usize,
+}
+
+super::versioned!(TolkSentenceInfo { struct_size, score, source_begin, source_end, target_begin, target_end, sentence });
+
+/// An empty TolkSentenceInfo with its struct_size set.
+#[no_mangle]
+pub extern "C" fn tolk_sentence_info_default() -> TolkSentenceInfo {
+    TolkSentenceInfo {
+        struct_size: std::mem::size_of::<TolkSentenceInfo>() as u32,
+        score: f32::NAN,
+        source_begin: 0,
+        source_end: 0,
+        target_begin: 0,
+        target_end: 0,
+        sentence: 0,
+    }
+}
 
 /// Translations of a batch of texts (opaque, immutable).
 pub struct TolkTextResult {
@@ -199,8 +238,9 @@ pub unsafe extern "C" fn tolk_text_result_count(result: *const TolkTextResult) -
 }
 
 /// The translation of text `index`: NUL-terminated UTF-8 owned by the result (valid until
-/// tolk_text_result_free); `*out_length` (if not NULL) receives its length in bytes. NULL
-/// when `result` is NULL or `index` out of range.
+/// tolk_text_result_free); `*out_length` (if not NULL) receives its length in bytes (use it
+/// when the source may hold NUL bytes: the spacing between sentences is copied from the
+/// source). NULL when `result` is NULL or `index` out of range.
 ///
 /// # Safety
 /// `result` must be NULL or a live result; `out_length` NULL or writable.
@@ -231,43 +271,38 @@ pub unsafe extern "C" fn tolk_text_result_num_sentences(result: *const TolkTextR
     result.texts.get(index).map_or(0, |t| t.sentences.len())
 }
 
-/// Sentence `sentence` of text `index`: byte ranges [begin, end) of the source sentence in
-/// the source text and of its translation in the translated text, and its score (NaN unless
-/// return_scores was set). Every out pointer may be NULL.
+/// Part `part` of text `index`: a sentence, or one part of a sentence longer than
+/// max_sentence_tokens. Fields are written as far as `out->struct_size` reaches.
 ///
 /// # Safety
-/// `result` must be a live result; the out pointers NULL or writable.
+/// `result` must be a live result; `out` NULL or a struct initialized by
+/// tolk_sentence_info_default.
 #[no_mangle]
 pub unsafe extern "C" fn tolk_text_result_sentence(
     result: *const TolkTextResult,
     index: usize,
-    sentence: usize,
-    out_source_begin: *mut usize,
-    out_source_end: *mut usize,
-    out_target_begin: *mut usize,
-    out_target_end: *mut usize,
-    out_score: *mut f32,
+    part: usize,
+    out: *mut TolkSentenceInfo,
 ) -> TolkStatus {
     guard("tolk_text_result_sentence", || {
         let result = &*non_null(result, "result")?;
+        non_null(out as *const TolkSentenceInfo, "out")?;
         let text = result.texts.get(index).ok_or_else(|| {
             Error::out_of_range(format!("text {index} is out of range ({} texts)", result.texts.len()))
         })?;
-        let s = text.sentences.get(sentence).ok_or_else(|| {
-            Error::out_of_range(format!("sentence {sentence} is out of range ({} sentences)", text.sentences.len()))
+        let s = text.sentences.get(part).ok_or_else(|| {
+            Error::out_of_range(format!("sentence {part} is out of range ({} sentences)", text.sentences.len()))
         })?;
-        let put = |p: *mut usize, v: usize| {
-            if !p.is_null() {
-                *p = v;
-            }
+        let info = TolkSentenceInfo {
+            struct_size: std::mem::size_of::<TolkSentenceInfo>() as u32,
+            score: s.score.unwrap_or(f32::NAN),
+            source_begin: s.source.start,
+            source_end: s.source.end,
+            target_begin: s.target.start,
+            target_end: s.target.end,
+            sentence: s.sentence,
         };
-        put(out_source_begin, s.source.start);
-        put(out_source_end, s.source.end);
-        put(out_target_begin, s.target.start);
-        put(out_target_end, s.target.end);
-        if !out_score.is_null() {
-            *out_score = s.score.unwrap_or(f32::NAN);
-        }
+        write_versioned(out, info, (*out).struct_size)?;
         Ok(())
     })
 }

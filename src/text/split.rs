@@ -88,11 +88,21 @@ const NUMERIC_ONLY: &[&str] = &[
 /// Appends `range` of `text` without its leading and trailing whitespace, unless nothing is
 /// left.
 fn push_trimmed(text: &str, range: Range<usize>, units: &mut Vec<Range<usize>>) {
+    let trimmed = trimmed(text, range);
+    if !trimmed.is_empty() {
+        units.push(trimmed);
+    }
+}
+
+/// `range` of `text` without the whitespace at its ends (empty at its start if blank).
+pub(crate) fn trimmed(text: &str, range: Range<usize>) -> Range<usize> {
     let s = &text[range.clone()];
     let start = range.start + (s.len() - s.trim_start().len());
     let end = range.start + s.trim_end().len();
     if start < end {
-        units.push(start..end);
+        start..end
+    } else {
+        range.start..range.start
     }
 }
 

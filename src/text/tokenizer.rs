@@ -24,17 +24,25 @@ pub struct TokenizerFiles {
 }
 
 impl TokenizerFiles {
-    /// Looks in `dir` and then its parent (Argos packages keep `sentencepiece.model` beside
-    /// the `model/` directory) for, in this order: `source.spm` + `target.spm` (OPUS-MT),
-    /// `srcvocab.*.spm` + `trgvocab.*.spm` (Bergamot), `sentencepiece.model` (Argos),
-    /// `spm.model`, `sentencepiece.bpe.model`, `vocab.*.spm` (Marian joint vocabulary).
+    /// Looks in `dir`, then in its parent for Argos packages (the model in a `model/`
+    /// directory beside `sentencepiece.model` and `metadata.json`), for, in this order:
+    /// `source.spm` + `target.spm` (OPUS-MT), `srcvocab.*.spm` + `trgvocab.*.spm` (Bergamot),
+    /// `sentencepiece.model` (Argos), `spm.model`, `sentencepiece.bpe.model`, `vocab.*.spm`
+    /// (Marian joint vocabulary). Other parents are left alone: a folder of models may hold
+    /// unrelated files.
     pub fn find(dir: &Path) -> TokenizerFiles {
         let mut places = vec![dir.to_path_buf()];
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            places.push(parent.to_path_buf());
+            if dir.file_name().is_some_and(|n| n == "model") || parent.join("metadata.json").is_file() {
+                places.push(parent.to_path_buf());
+            }
         }
         places.iter().find_map(|d| Self::find_in(d)).unwrap_or_default()
     }
+
+    /// A short list of the names [`TokenizerFiles::find`] looks for, for error messages.
+    pub const SEARCHED: &'static str = "source.spm + target.spm, srcvocab.*.spm + trgvocab.*.spm, sentencepiece.model, \
+        spm.model, sentencepiece.bpe.model or vocab.*.spm in the model directory (or its parent for Argos packages)";
 
     fn find_in(dir: &Path) -> Option<TokenizerFiles> {
         let file = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());
@@ -226,6 +234,13 @@ mod tests {
         let none = root.join("none/model");
         std::fs::create_dir_all(&none).unwrap();
         assert_eq!(TokenizerFiles::find(&none), TokenizerFiles::default());
+        // A folder of models is no package: its files are not a model's tokenizer.
+        let shelf = root.join("shelf");
+        touch(&shelf.join("zh-en/model.bin"));
+        touch(&shelf.join("spm.model"));
+        assert_eq!(TokenizerFiles::find(&shelf.join("zh-en")), TokenizerFiles::default());
+        touch(&shelf.join("metadata.json"));
+        assert_eq!(TokenizerFiles::find(&shelf.join("zh-en")).source, Some(shelf.join("spm.model")));
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -4,10 +4,13 @@
 //! (spaces, line breaks, blank lines).
 use std::ops::Range;
 
-use super::split::{split, SplitMode};
+use std::borrow::Cow;
+
+use super::sentencepiece::EncodedPiece;
+use super::split::{split, trimmed, SplitMode};
 use super::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
-use crate::translator::{TranslateOptions, Translator};
+use crate::translator::{BatchType, TranslateOptions, Translator};
 
 /// Bergamot's default `max-length-break`.
 pub const DEFAULT_MAX_SENTENCE_TOKENS: usize = 128;
@@ -30,14 +33,16 @@ impl Default for TextOptions {
     }
 }
 
-/// One translated unit (a sentence, or part of a long one): byte ranges in the source text
-/// and in the translation.
+/// One translated unit (a sentence, or a part of a long one): byte ranges in the source
+/// text and in the translation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentenceTranslation {
     pub source: Range<usize>,
     pub target: Range<usize>,
     /// The hypothesis score when `return_scores` was set.
     pub score: Option<f32>,
+    /// Index of the source sentence in its text: the parts of a wrapped sentence share it.
+    pub sentence: usize,
 }
 
 /// The translation of one text.
@@ -47,9 +52,10 @@ pub struct TextTranslation {
     pub sentences: Vec<SentenceTranslation>,
 }
 
-/// A unit to translate: its source range (in its text) and pieces.
+/// A unit to translate: where it is in which text, and its pieces.
 struct Unit {
     text: usize,
+    sentence: usize,
     source: Range<usize>,
     pieces: Vec<String>,
 }
@@ -65,95 +71,149 @@ pub fn translate_texts<S: AsRef<str>>(
     if options.num_hypotheses != 1 {
         return Err(Error::invalid_argument("text translation returns one translation per text: num_hypotheses must be 1"));
     }
-    let max_tokens =
-        if text_options.max_sentence_tokens == 0 { DEFAULT_MAX_SENTENCE_TOKENS } else { text_options.max_sentence_tokens };
-    if max_tokens < 2 {
-        return Err(Error::invalid_argument("max_sentence_tokens must be at least 2 (a piece and the end token)"));
-    }
+    let max_pieces = max_pieces_per_unit(translator, options, text_options)?;
     let mut units = Vec::new();
     for (t, text) in texts.iter().enumerate() {
-        let text = text.as_ref();
-        let mut covered = 0; // Units never overlap, even when a cut splits a character's byte pieces.
-        for sentence in split(text, text_options.split_mode) {
-            let pieces = tokenizer.encode(&text[sentence.clone()]);
-            for chunk in wrap(&pieces, max_tokens - 1) {
-                let start = (sentence.start + pieces[chunk.start].range.start).max(covered);
-                let end = (sentence.start + pieces[chunk.end - 1].range.end).max(start);
-                let source = trim(text, start..end);
-                if source.is_empty() {
-                    continue; // Only blank pieces (a wrapped run of unknown spaces): nothing to translate.
-                }
-                covered = source.end;
-                units.push(Unit { text: t, source, pieces: pieces[chunk].iter().map(|p| p.piece.clone()).collect() });
-            }
-        }
+        collect_units(tokenizer, t, text.as_ref(), text_options.split_mode, max_pieces, &mut units);
     }
     let mut options = options.clone();
     if options.max_batch_size == 0 {
         options.max_batch_size = DEFAULT_TEXT_BATCH_SIZE;
-        options.batch_type = crate::translator::BatchType::Examples;
+        options.batch_type = BatchType::Examples;
     }
     let sources: Vec<Vec<String>> = units.iter_mut().map(|u| std::mem::take(&mut u.pieces)).collect();
     let results = translator.translate_batch(&sources, None, &options)?;
+    let translations = results.into_iter().map(|r| {
+        let text = tokenizer.decode(r.hypotheses.first().map(Vec::as_slice).unwrap_or(&[]));
+        (text.trim().to_string(), r.scores.first().copied())
+    });
+    Ok(assemble(texts, &units, translations))
+}
 
+/// The most source pieces a unit may have: `max_sentence_tokens`, `max_input_length` and
+/// the encoder's positions all bound the source with its special tokens.
+fn max_pieces_per_unit(translator: &Translator, options: &TranslateOptions, text_options: &TextOptions) -> Result<usize> {
+    let model = translator.model();
+    let mut max_tokens =
+        if text_options.max_sentence_tokens == 0 { DEFAULT_MAX_SENTENCE_TOKENS } else { text_options.max_sentence_tokens };
+    if options.max_input_length > 0 {
+        max_tokens = max_tokens.min(options.max_input_length);
+    }
+    if let Some(positions) = model.encoder.max_positions() {
+        max_tokens = max_tokens.min(positions);
+    }
+    let specials = model.config.add_source_bos as usize + model.config.add_source_eos as usize;
+    if max_tokens <= specials {
+        return Err(Error::invalid_argument(format!(
+            "max_sentence_tokens / max_input_length of {max_tokens} leave no room for a piece beside the {specials} special token(s)"
+        )));
+    }
+    Ok(max_tokens - specials)
+}
+
+/// Splits `text` into sentences, tokenizes them and wraps long ones into units.
+fn collect_units(tokenizer: &Tokenizer, t: usize, text: &str, mode: SplitMode, max_pieces: usize, units: &mut Vec<Unit>) {
+    let mut covered = 0; // Units never overlap.
+    for (sentence, range) in split(text, mode).into_iter().enumerate() {
+        let pieces = tokenizer.encode(&text[range.clone()]);
+        let cuts: Vec<Cut> = (0..pieces.len()).map(|i| Cut::before(&pieces, i)).collect();
+        for chunk in wrap(&cuts, max_pieces) {
+            let start = (range.start + pieces[chunk.start].range.start).max(covered);
+            let end = (range.start + pieces[chunk.end - 1].range.end).max(start);
+            let source = trimmed(text, start..end);
+            if source.is_empty() {
+                continue; // Only blank pieces (e.g. unknown spaces): nothing to translate.
+            }
+            covered = source.end;
+            let pieces = pieces[chunk].iter().map(|p| p.piece.clone()).collect();
+            units.push(Unit { text: t, sentence, source, pieces });
+        }
+    }
+}
+
+/// Puts each unit's translation between the source's own gaps, text by text.
+fn assemble<S: AsRef<str>>(
+    texts: &[S],
+    units: &[Unit],
+    translations: impl Iterator<Item = (String, Option<f32>)>,
+) -> Vec<TextTranslation> {
     let mut out: Vec<TextTranslation> = vec![TextTranslation::default(); texts.len()];
-    let mut ends = vec![0usize; texts.len()]; // Source bytes copied so far, per text.
-    for (unit, result) in units.into_iter().zip(results) {
+    let mut copied = vec![0usize; texts.len()]; // Source bytes consumed so far, per text.
+    for (unit, (translation, score)) in units.iter().zip(translations) {
         let source = texts[unit.text].as_ref();
-        let translation = tokenizer.decode(result.hypotheses.first().map(Vec::as_slice).unwrap_or(&[]));
-        let translation = translation.trim();
         let done = &mut out[unit.text];
-        let gap = &source[ends[unit.text]..unit.source.start];
-        done.text.push_str(&adapt_gap(gap, &done.text, translation));
+        let gap = &source[copied[unit.text]..unit.source.start];
+        done.text.push_str(&adapt_gap(gap, &done.text, &translation));
         let start = done.text.len();
-        done.text.push_str(translation);
+        done.text.push_str(&translation);
         done.sentences.push(SentenceTranslation {
             source: unit.source.clone(),
             target: start..done.text.len(),
-            score: result.scores.first().copied(),
+            score,
+            sentence: unit.sentence,
         });
-        ends[unit.text] = unit.source.end;
+        copied[unit.text] = unit.source.end;
     }
     for (t, done) in out.iter_mut().enumerate() {
-        done.text.push_str(&texts[t].as_ref()[ends[t]..]);
+        done.text.push_str(&texts[t].as_ref()[copied[t]..]);
     }
-    Ok(out)
+    out
 }
 
-/// Cuts `pieces` into ranges of at most `max` pieces. A cut goes before the last word start
-/// (`▁...` piece) in the second half of the allowed length, else after the last punctuation
-/// piece there, else at `max` (inside a word, where Bergamot always cuts).
-fn wrap<T: AsPiece>(pieces: &[T], max: usize) -> Vec<Range<usize>> {
+/// How good a place the boundary before a piece is to cut a long sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Cut {
+    /// Between the byte pieces of one character.
+    Never,
+    /// Inside a word.
+    Poor,
+    /// After a punctuation piece.
+    Good,
+    /// Before a word (a `▁` piece).
+    Best,
+}
+
+impl Cut {
+    fn before(pieces: &[EncodedPiece], i: usize) -> Cut {
+        if i > 0 && pieces[i - 1].range.is_empty() {
+            // The previous piece has no source of its own: it is part of this piece's
+            // character (byte pieces, a character normalized into several pieces) or a lone `▁`.
+            Cut::Never
+        } else if pieces[i].piece.starts_with('\u{2581}') {
+            Cut::Best
+        } else if i > 0 && is_punctuation(&pieces[i - 1].piece) {
+            Cut::Good
+        } else {
+            Cut::Poor
+        }
+    }
+}
+
+/// Cuts `cuts.len()` pieces into ranges of at most `max`, balanced: as many parts as
+/// needed, each near an equal share, cut at the best place within a quarter of the share
+/// around it (Bergamot cuts every `max` pieces, which can leave a lone "。" whose
+/// translation is made up).
+fn wrap(cuts: &[Cut], max: usize) -> Vec<Range<usize>> {
+    let n = cuts.len();
     let mut chunks = Vec::new();
     let mut start = 0;
-    while pieces.len() - start > max {
-        let window = start + max / 2 + 1..=start + max; // Where the next chunk may start.
-        let before_word = window.clone().rev().find(|&i| pieces[i].piece().starts_with('\u{2581}'));
-        let after_punct = || window.clone().rev().find(|&i| is_punctuation(pieces[i - 1].piece()));
-        let end = before_word.or_else(after_punct).unwrap_or(start + max);
+    while n - start > max {
+        let parts = (n - start).div_ceil(max);
+        let share = (n - start).div_ceil(parts);
+        let slack = (share / 4).max(1);
+        let ideal = start + share;
+        // Candidates for the next chunk's start, never past `max` pieces.
+        let lo = (ideal - slack).max(start + 1);
+        let hi = (ideal + slack).min(start + max);
+        let best = (lo..=hi).filter(|&i| cuts[i] != Cut::Never).max_by_key(|&i| (cuts[i], std::cmp::Reverse(i.abs_diff(ideal))));
+        let end = best.or_else(|| (start + 1..=start + max).rev().find(|&i| cuts[i] != Cut::Never)).unwrap_or(start + max);
         chunks.push(start..end);
         start = end;
     }
-    if start < pieces.len() {
-        chunks.push(start..pieces.len());
+    if start < n {
+        chunks.push(start..n);
     }
     chunks
-}
-
-trait AsPiece {
-    fn piece(&self) -> &str;
-}
-
-impl AsPiece for super::sentencepiece::EncodedPiece {
-    fn piece(&self) -> &str {
-        &self.piece
-    }
-}
-
-impl AsPiece for &str {
-    fn piece(&self) -> &str {
-        self
-    }
 }
 
 /// A piece made only of punctuation (`,` `，` `、` `;` ...), optionally after `▁`.
@@ -162,33 +222,31 @@ fn is_punctuation(piece: &str) -> bool {
     !p.is_empty() && p.chars().all(|c| c.is_ascii_punctuation() || matches!(c, '，' | '、' | '；' | '：' | '。' | '！' | '？' | '…' | '—'))
 }
 
-/// `range` without the whitespace at its ends (the `▁` of a piece covers the space before it).
-fn trim(text: &str, range: Range<usize>) -> Range<usize> {
-    let s = &text[range.clone()];
-    let start = range.start + (s.len() - s.trim_start().len());
-    let end = range.start + s.trim_end().len();
-    if start >= end {
-        range.start..range.start
-    } else {
-        start..end
-    }
-}
-
-/// The source gap to put before `next` in a translation that so far is `done`. Kept as it
-/// is, except: no gap between two sentences whose translations use spaces gets one
-/// (zh "。" -> en ". "), and spaces between two sentences written without spaces
-/// (CJK) are dropped.
-fn adapt_gap<'a>(gap: &'a str, done: &str, next: &str) -> std::borrow::Cow<'a, str> {
+/// The source gap to put before `next` in a translation that so far is `done`. A gap with a
+/// line break is kept as it is. Between two translations written without spaces (CJK) a
+/// blank gap vanishes; between others, an empty gap becomes a space (zh "。" -> en ". "),
+/// ASCII spaces and tabs are kept, and other blanks (U+3000, NBSP, zero-width characters)
+/// become one space.
+fn adapt_gap<'a>(gap: &'a str, done: &str, next: &str) -> Cow<'a, str> {
     let (Some(before), Some(after)) = (done.chars().next_back(), next.chars().next()) else {
         return gap.into();
     };
-    if gap.is_empty() && !before.is_whitespace() && !is_unspaced(before) && !is_unspaced(after) {
-        return " ".into();
+    if !gap.chars().all(is_blank) || before.is_whitespace() {
+        return gap.into();
     }
-    if !gap.is_empty() && gap.chars().all(|c| c == ' ' || c == '\t' || c == '\u{3000}') && is_unspaced(before) && is_unspaced(after) {
-        return "".into();
+    if is_unspaced(before) && is_unspaced(after) {
+        "".into()
+    } else if !gap.is_empty() && gap.chars().all(|c| c == ' ' || c == '\t') {
+        gap.into()
+    } else {
+        " ".into()
     }
-    gap.into()
+}
+
+/// White space without line breaks, and invisible format characters.
+fn is_blank(c: char) -> bool {
+    (c.is_whitespace() && !matches!(c, '\n' | '\r' | '\u{0B}' | '\u{0C}' | '\u{85}' | '\u{2028}' | '\u{2029}'))
+        || matches!(c, '\u{200B}' | '\u{200C}' | '\u{200D}' | '\u{2060}' | '\u{FEFF}')
 }
 
 /// Characters of scripts written without spaces between words and sentences (Chinese,
@@ -208,26 +266,83 @@ fn is_unspaced(c: char) -> bool {
 mod tests {
     use super::*;
 
+    fn piece(p: &str, range: Range<usize>) -> EncodedPiece {
+        EncodedPiece { piece: p.to_string(), id: 0, range }
+    }
+
+    /// Cut classes of pieces given as text with spaces between them.
+    fn cuts(pieces: &str) -> Vec<Cut> {
+        let mut at = 0;
+        let pieces: Vec<EncodedPiece> = pieces
+            .split(' ')
+            .map(|p| {
+                let len = p.trim_start_matches('\u{2581}').len();
+                at += len;
+                piece(p, at - len..at)
+            })
+            .collect();
+        (0..pieces.len()).map(|i| Cut::before(&pieces, i)).collect()
+    }
+
     #[test]
-    fn wrap_prefers_word_starts_then_punctuation() {
-        let words: Vec<&str> = "▁a b ▁c d e ▁f g ▁h i".split(' ').collect();
+    fn wrap_balances_parts_and_cuts_between_words() {
+        let words = cuts("▁a b ▁c d e ▁f g ▁h i");
         assert_eq!(wrap(&words, 20), vec![0..9]);
-        // max 4: no word starts at 3 or 4 -> hard cut at 4; then before "▁h" (7).
-        assert_eq!(wrap(&words, 4), vec![0..4, 4..7, 7..9]);
-        // max 5: "▁f" starts at 5.
+        // 9 pieces, at most 5: two parts of ~5; "▁f" (5) is the word start nearest.
         assert_eq!(wrap(&words, 5), vec![0..5, 5..9]);
-        let zh: Vec<&str> = "▁我 们 ， 你 们 。 他 们".split(' ').collect();
+        // At most 4: three parts of 3; word starts at 2 and 5 are within reach.
+        assert_eq!(wrap(&words, 4), vec![0..2, 2..5, 5..9]);
+        // No word starts: after punctuation.
+        let zh = cuts("▁我 们 ， 你 们 。 他 们");
         assert_eq!(wrap(&zh, 4), vec![0..3, 3..6, 6..8]);
-        assert_eq!(wrap(&["▁x"; 7], 2), vec![0..2, 2..4, 4..6, 6..7]);
-        assert!(wrap::<&str>(&[], 5).is_empty());
-        // Every piece in exactly one chunk, each at most max, for many sizes.
+        assert!(wrap(&[], 5).is_empty());
+    }
+
+    #[test]
+    fn wrap_never_leaves_a_tiny_tail() {
+        // 128 pieces of CJK text ending in "。", at most 127: two halves, not 127 + 1.
+        let mut text = vec!["▁我"];
+        text.extend(std::iter::repeat_n("们", 126));
+        text.push("。");
+        let chunks = wrap(&cuts(&text.join(" ")), 127);
+        assert_eq!(chunks.len(), 2);
+        assert!(chunks.iter().all(|c| c.len() >= 60), "{chunks:?}");
+    }
+
+    #[test]
+    fn wrap_never_splits_a_character() {
+        // "▁x" then one unknown 3-byte character as byte pieces (the first two have empty
+        // ranges at the character's start), repeated.
+        let mut pieces = Vec::new();
+        for k in 0..10 {
+            let at = k * 4;
+            pieces.push(piece("▁x", at..at + 1));
+            pieces.push(piece("<0xE2>", at + 1..at + 1));
+            pieces.push(piece("<0x82>", at + 1..at + 1));
+            pieces.push(piece("<0xAC>", at + 1..at + 4));
+        }
+        let cuts: Vec<Cut> = (0..pieces.len()).map(|i| Cut::before(&pieces, i)).collect();
+        for max in 3..12 {
+            for chunk in wrap(&cuts, max) {
+                assert!(chunk.len() <= max);
+                assert!(!pieces[chunk.start].range.is_empty() || chunk.start == 0 || cuts[chunk.start] != Cut::Never);
+                assert_ne!(cuts[chunk.start], Cut::Never, "{max}: cut inside a character at {}", chunk.start);
+            }
+        }
+    }
+
+    #[test]
+    fn wrap_covers_every_piece_within_the_limit() {
         let long: Vec<&str> = (0..200).map(|i| if i % 3 == 0 { "▁w" } else { "x" }).collect();
+        let long = cuts(&long.join(" "));
         for max in 1..40 {
             let chunks = wrap(&long, max);
             assert_eq!(chunks.first().unwrap().start, 0);
             assert_eq!(chunks.last().unwrap().end, long.len());
             assert!(chunks.windows(2).all(|w| w[0].end == w[1].start));
             assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= max), "{max}: {chunks:?}");
+            // Cutting between words may cost parts, never many.
+            assert!(chunks.len() <= long.len().div_ceil(max) * 3 / 2 + 1, "{max}: {} parts", chunks.len());
         }
     }
 
@@ -235,17 +350,17 @@ mod tests {
     fn gaps_follow_the_target_script() {
         assert_eq!(adapt_gap("", "Jesus wept.", "He said"), " ");
         assert_eq!(adapt_gap("\n", "Jesus wept.", "He said"), "\n");
+        assert_eq!(adapt_gap(" \r\n ", "你好。", "世界。"), " \r\n ");
         assert_eq!(adapt_gap(" ", "你好。", "世界。"), "");
+        assert_eq!(adapt_gap("\u{3000}", "你好。", "世界。"), "");
         assert_eq!(adapt_gap("\n\n", "你好。", "世界。"), "\n\n");
         assert_eq!(adapt_gap("", "你好。", "世界。"), "");
         assert_eq!(adapt_gap("  ", "Hi.", "Yes."), "  ");
+        assert_eq!(adapt_gap("\t", "Hi.", "Yes."), "\t");
+        assert_eq!(adapt_gap("\u{200B}", "Hi.", "Yes."), " ");
+        assert_eq!(adapt_gap("\u{3000}", "Hi.", "Yes."), " ");
+        assert_eq!(adapt_gap("\u{FEFF} ", "Hi.", "Yes."), " ");
         assert_eq!(adapt_gap("", "", "First"), "");
-    }
-
-    #[test]
-    fn trim_keeps_ranges_on_content() {
-        assert_eq!(trim(" ab ", 0..4), 1..3);
-        assert_eq!(trim("   ", 0..3), 0..0);
-        assert_eq!(trim("x\u{3000}", 0..4), 0..1);
+        assert_eq!(adapt_gap("", "Hi. ", "Yes."), "");
     }
 }
