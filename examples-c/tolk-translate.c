@@ -6,7 +6,9 @@
  *
  * Text mode (default): every input line is plain UTF-8 text, cut into sentences, tokenized
  * with the model package's SentencePiece model, translated and detokenized; each output
- * line is the translation of the input line (empty lines stay empty).
+ * line is the translation of the input line (empty lines stay empty). A line ends at "\n"
+ * (a "\r" before it is dropped too); anything else, a lone "\r" or a NUL byte included,
+ * is part of the line's text.
  * With --tokens, input lines are space-separated tokens (e.g. SentencePiece pieces) and
  * output lines are space-separated target tokens; an empty line is an empty sentence.
  * All of stdin is translated in one call: the library sorts by length and splits into
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "tolk.h"
 
@@ -30,8 +33,9 @@ static void usage(FILE *out) {
             "  --model DIR              CTranslate2 model directory (required)\n"
             "  --tokens                 input/output lines are space-separated tokens\n"
             "                           (default: plain text lines)\n"
-            "  --split MODE             text mode: sentences|line, how a line is cut\n"
-            "                           (default sentences; line = the line is one sentence)\n"
+            "  --split MODE             text mode: sentences|lines, how a line is cut\n"
+            "                           (default sentences; lines (or line) = the line is one\n"
+            "                           sentence)\n"
             "  --max-sentence-tokens N  text mode: longer sentences are wrapped (default 128)\n"
             "  --source-spm FILE        text mode: source SentencePiece model (default: found\n"
             "                           in the model package)\n"
@@ -127,9 +131,9 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             cli->model.target_tokenizer = v;
         } else if (!strcmp(a, "--split")) {
             if (!strcmp(v, "sentences")) cli->text.split_mode = TOLK_SPLIT_SENTENCES;
-            else if (!strcmp(v, "line")) cli->text.split_mode = TOLK_SPLIT_LINES;
+            else if (!strcmp(v, "lines") || !strcmp(v, "line")) cli->text.split_mode = TOLK_SPLIT_LINES;
             else {
-                fprintf(stderr, "tolk-translate: --split must be sentences or line, got \"%s\"\n", v);
+                fprintf(stderr, "tolk-translate: --split must be sentences or lines, got \"%s\"\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--batch-type")) {
@@ -160,9 +164,11 @@ static int parse_args(int argc, char **argv, Cli *cli) {
 }
 
 /* The input: every line of stdin split into tokens, which point into the line buffers.
- * Sentences record token offsets, not pointers, because the token array moves as it grows. */
+ * Sentences record token offsets, not pointers, because the token array moves as it grows.
+ * In text mode a line is kept whole with its length in bytes (it may hold NUL bytes). */
 typedef struct {
     char *line;
+    size_t bytes;         /* text mode: the line's length without its line break */
     size_t first, length; /* tokens[first .. first + length] */
 } Sentence;
 
@@ -192,12 +198,14 @@ static bool reserve(void **array, size_t *cap, size_t need, size_t elem) {
 }
 
 /* Reads lines of any length (getline) until EOF, split into tokens when `tokenize`, else
- * kept whole without their line break; false on a read error or out of memory. */
+ * kept whole without their line break ("\n", then one "\r" before it); false on a read
+ * error or out of memory. */
 static bool read_input(FILE *f, bool tokenize, Input *in) {
     char *line = NULL;
     size_t line_cap = 0;
     bool ok = true;
-    while (ok && getline(&line, &line_cap, f) != -1) {
+    ssize_t got;
+    while (ok && (got = getline(&line, &line_cap, f)) != -1) {
         if (!reserve((void **)&in->sentences, &in->cap, in->count + 1, sizeof *in->sentences)) {
             ok = false;
             break;
@@ -208,7 +216,13 @@ static bool read_input(FILE *f, bool tokenize, Input *in) {
         line = NULL;
         line_cap = 0;
         if (!tokenize) {
-            s->line[strcspn(s->line, "\r\n")] = '\0';
+            /* getline's count, not strlen: a NUL byte is text like any other. Only the line
+             * break goes: a lone "\r" inside the line is the library's to handle. */
+            size_t n = (size_t)got;
+            if (n > 0 && s->line[n - 1] == '\n') n--;
+            if (n > 0 && s->line[n - 1] == '\r') n--;
+            s->line[n] = '\0';
+            s->bytes = n;
             s->length = 0;
             continue;
         }
@@ -248,31 +262,49 @@ static int print_result(const TolkResult *result, const Cli *cli) {
 /* Text mode: every line is one text; prints one translated line per input line. */
 static int translate_lines(const TolkTranslator *translator, const Input *in, const Cli *cli) {
     const char **texts = malloc((in->count ? in->count : 1) * sizeof *texts);
-    if (texts == NULL) {
+    size_t *lengths = malloc((in->count ? in->count : 1) * sizeof *lengths);
+    if (texts == NULL || lengths == NULL) {
         fprintf(stderr, "tolk-translate: out of memory\n");
+        free(texts);
+        free(lengths);
         return 1;
     }
-    for (size_t i = 0; i < in->count; i++) texts[i] = in->sentences[i].line;
+    for (size_t i = 0; i < in->count; i++) {
+        texts[i] = in->sentences[i].line;
+        lengths[i] = in->sentences[i].bytes;
+    }
     TolkTextResult *result = NULL;
     int status = 0;
-    if (tolk_translate_text_batch(translator, texts, NULL, in->count, &cli->translate, &cli->text, &result) != TOLK_OK) {
+    if (tolk_translate_text_batch(translator, texts, lengths, in->count, &cli->translate, &cli->text, &result) != TOLK_OK) {
         fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
         status = 1;
     }
     for (size_t i = 0; status == 0 && i < tolk_text_result_count(result); i++) {
         if (cli->scores) {
+            /* One score per translated part (a long sentence wrapped into parts has one
+             * for each). */
             size_t n = tolk_text_result_num_sentences(result, i);
             for (size_t j = 0; j < n; j++) {
-                float score = 0;
-                tolk_text_result_sentence(result, i, j, NULL, NULL, NULL, NULL, &score);
-                printf(j ? ",%.6f" : "%.6f", score);
+                TolkSentenceInfo info = tolk_sentence_info_default();
+                if (tolk_text_result_sentence(result, i, j, &info) != TOLK_OK) {
+                    fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
+                    status = 1;
+                    break;
+                }
+                printf(j ? ",%.6f" : "%.6f", info.score);
             }
+            if (status != 0) break;
             printf(" ||| ");
         }
-        puts(tolk_text_result_text(result, i, NULL));
+        /* With its length: the translation keeps any NUL byte of the source's gaps. */
+        size_t length = 0;
+        const char *text = tolk_text_result_text(result, i, &length);
+        fwrite(text, 1, length, stdout);
+        putchar('\n');
     }
     tolk_text_result_free(result);
     free(texts);
+    free(lengths);
     return status;
 }
 

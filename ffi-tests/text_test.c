@@ -2,9 +2,10 @@
  * Text API tests (tolk_translate_text, tolk_translate_text_batch, TolkTextResult): one text
  * and batches, NUL-terminated and explicit lengths, empty and blank texts, the source's
  * spaces, blank lines and CRLF kept verbatim around the translations, sentence ranges and
- * scores, the split modes, NULL pointers and bad arguments, out of range reads, packages
- * without a tokenizer or with a missing one, a 1 MB text and one translator shared by
- * several threads. Built against include/tolk.h and run by tests/ffi.rs (also under
+ * scores, the versioned TolkSentenceInfo (older struct sizes, bad sizes), the source
+ * sentence of each part of a wrapped sentence, the split modes, NULL pointers and bad
+ * arguments, out of range reads, packages without a tokenizer or with a missing or broken
+ * one, a 1 MB text and one translator shared by several threads. Built against include/tolk.h and run by tests/ffi.rs (also under
  * valgrind when it is installed, so every path must free what it allocates).
  *
  *   text_test MODEL_DIR      (MODEL_DIR: ffi-tests/fixtures/tiny, with its
@@ -68,18 +69,103 @@ static bool is_space(unsigned char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
+/* Part `part` of text `index` of `r` into *info (a full struct, struct_size set): the
+ * status of tolk_text_result_sentence. */
+static TolkStatus get_part(const TolkTextResult *r, size_t index, size_t part, TolkSentenceInfo *info) {
+    *info = tolk_sentence_info_default();
+    return tolk_text_result_sentence(r, index, part, info);
+}
+
+/* The code point of the (valid UTF-8) character at `s`; *len receives its length. */
+static uint32_t utf8_at(const char *s, size_t *len) {
+    const unsigned char *u = (const unsigned char *)s;
+    if (u[0] < 0x80) {
+        *len = 1;
+        return u[0];
+    }
+    if ((u[0] & 0xE0) == 0xC0) {
+        *len = 2;
+        return ((uint32_t)(u[0] & 0x1F) << 6) | (u[1] & 0x3F);
+    }
+    if ((u[0] & 0xF0) == 0xE0) {
+        *len = 3;
+        return ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3F);
+    }
+    *len = 4;
+    return ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) | ((uint32_t)(u[2] & 0x3F) << 6) |
+           (u[3] & 0x3F);
+}
+
+/* The last character of the `len` bytes at `s` (len > 0). */
+static uint32_t utf8_last(const char *s, size_t len) {
+    size_t at = len - 1, n = 0;
+    while (at > 0 && ((unsigned char)s[at] & 0xC0) == 0x80) at--;
+    return utf8_at(s + at, &n);
+}
+
+/* Unicode White_Space (Rust's char::is_whitespace). */
+static bool is_white_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* What a gap between sentences may hold without being kept as it is: white space that does
+ * not break lines, and invisible characters (ZWSP, ZWNJ, ZWJ, word joiner, BOM). */
+static bool is_blank(uint32_t c) {
+    bool line_break = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x85 || c == 0x2028 || c == 0x2029;
+    return (is_white_space(c) && !line_break) || (c >= 0x200B && c <= 0x200D) || c == 0x2060 || c == 0xFEFF;
+}
+
+/* Characters of scripts written without spaces (CJK). */
+static bool is_unspaced(uint32_t c) {
+    return (c >= 0x3000 && c <= 0x303F) || (c >= 0x3040 && c <= 0x30FF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xF900 && c <= 0xFAFF) || (c >= 0xFF00 && c <= 0xFFEF) ||
+           (c >= 0x20000 && c <= 0x3FFFF);
+}
+
+/* The library's gap rule, from its documentation: the source gap `gap` (`gap_len` bytes)
+ * put before translation `next` (`next_len` bytes) when the translated text so far is
+ * `done` (`done_len` bytes). A gap with a line break (or anything not blank) is kept, as is
+ * every gap at the start or before an empty translation; between two CJK translations a
+ * blank gap vanishes; between others an empty gap becomes " ", ASCII spaces and tabs stay,
+ * and other blanks (NBSP, U+3000, ZWSP, BOM, ...) become " ". */
+static void expected_gap(const char *gap, size_t gap_len, const char *done, size_t done_len, const char *next,
+                         size_t next_len, const char **want, size_t *want_len) {
+    *want = gap;
+    *want_len = gap_len;
+    if (done_len == 0 || next_len == 0) return;
+    uint32_t before = utf8_last(done, done_len), n = 0;
+    size_t len = 0;
+    uint32_t after = utf8_at(next, &len);
+    if (is_white_space(before)) return;
+    bool ascii_spaces = gap_len > 0;
+    for (size_t at = 0; at < gap_len; at += len) {
+        n = utf8_at(gap + at, &len);
+        if (!is_blank(n)) return;
+        ascii_spaces = ascii_spaces && (n == ' ' || n == '\t');
+    }
+    if (is_unspaced(before) && is_unspaced(after)) {
+        *want = "";
+        *want_len = 0;
+    } else if (!ascii_spaces) {
+        *want = " ";
+        *want_len = 1;
+    }
+}
+
 /* Checks translation `index` of `r` against its source (`src`, `src_len` bytes) and returns
- * its number of sentences:
+ * its number of parts (sentences, and parts of wrapped ones):
  * - the text is NUL-terminated at the reported length;
  * - source and target ranges are in order, within bounds, non-overlapping, and start and
- *   end on content (no whitespace at their ends); source sentences are not empty;
- * - everything between target ranges is the source's gap between the source ranges, byte
- *   for byte (spaces, tabs, blank lines, CRLF), also before the first and after the last
- *   sentence. The library's one documented change: two sentences with no gap between them
- *   in the source (Chinese "。") get a space between their translations when these are not
- *   written without spaces. (Its other rule, spaces dropped between two CJK translations,
- *   cannot apply: the tiny model writes Latin letters.) So the text is exactly gaps and
- *   translations, in order;
+ *   end on content (no whitespace at their ends); source ranges are not empty;
+ * - everything between target ranges is the source's gap between the source ranges as the
+ *   library's gap rules adapt it (expected_gap: the tiny model writes Latin letters, so an
+ *   empty gap, as between Chinese "。" sentences, becomes a space, and NBSP-like blanks one
+ *   space; line breaks, spaces and tabs stay byte for byte), also before the first and
+ *   after the last part (verbatim there). So the text is exactly gaps and translations, in
+ *   order;
+ * - parts name their source sentence: indices are non-decreasing, and the parts of one
+ *   sentence are not separated by a line break;
  * - scores are finite and <= 0 with return_scores, NaN without. */
 static size_t check_text(const TolkTextResult *r, size_t index, const char *src, size_t src_len, bool scores) {
     size_t len = (size_t)-1;
@@ -88,11 +174,12 @@ static size_t check_text(const TolkTextResult *r, size_t index, const char *src,
     if (text == NULL) return 0;
     CHECK_MSG(len != (size_t)-1 && text[len] == '\0', "text %zu: length %zu", index, len);
     size_t n = tolk_text_result_num_sentences(r, index);
-    size_t src_prev = 0, tgt_prev = 0;
+    size_t src_prev = 0, tgt_prev = 0, sentence_prev = 0;
     for (size_t s = 0; s < n; s++) {
-        size_t sb = 0, se = 0, tb = 0, te = 0;
-        float score = 1.0f;
-        CHECK_STATUS(tolk_text_result_sentence(r, index, s, &sb, &se, &tb, &te, &score), TOLK_OK);
+        TolkSentenceInfo p;
+        p.score = 1.0f;
+        CHECK_STATUS(get_part(r, index, s, &p), TOLK_OK);
+        size_t sb = p.source_begin, se = p.source_end, tb = p.target_begin, te = p.target_end;
         bool in_bounds = src_prev <= sb && sb < se && se <= src_len && tgt_prev <= tb && tb <= te && te <= len;
         CHECK_MSG(in_bounds, "text %zu sentence %zu: source %zu..%zu (after %zu, of %zu), target %zu..%zu (after %zu, of %zu) in \"%.*s\"",
                   index, s, sb, se, src_prev, src_len, tb, te, tgt_prev, len, (int)(src_len < 80 ? src_len : 80), src);
@@ -101,22 +188,27 @@ static size_t check_text(const TolkTextResult *r, size_t index, const char *src,
                   "text %zu sentence %zu: source \"%.*s\" has spaces at its ends", index, s, (int)(se - sb), src + sb);
         CHECK_MSG(tb == te || (!is_space((unsigned char)text[tb]) && !is_space((unsigned char)text[te - 1])),
                   "text %zu sentence %zu: target \"%.*s\" has spaces at its ends", index, s, (int)(te - tb), text + tb);
-        /* The gap before this sentence. */
-        const char *want = src + src_prev;
-        size_t want_len = sb - src_prev;
-        if (want_len == 0 && tgt_prev > 0 && !is_space((unsigned char)text[tgt_prev - 1]) && te > tb) {
-            want = " ";
-            want_len = 1;
-        }
+        /* The gap before this part. */
+        const char *want = NULL;
+        size_t want_len = 0;
+        expected_gap(src + src_prev, sb - src_prev, text, tgt_prev, text + tb, te - tb, &want, &want_len);
         CHECK_MSG(tb - tgt_prev == want_len && memcmp(text + tgt_prev, want, want_len) == 0,
-                  "text %zu sentence %zu: gap \"%.*s\" in the translation, \"%.*s\" expected", index, s,
-                  (int)(tb - tgt_prev), text + tgt_prev, (int)want_len, want);
+                  "text %zu sentence %zu: gap \"%.*s\" in the translation, \"%.*s\" expected (source gap \"%.*s\")",
+                  index, s, (int)(tb - tgt_prev), text + tgt_prev, (int)want_len, want, (int)(sb - src_prev),
+                  src + src_prev);
+        /* Its source sentence. */
+        CHECK_MSG(s == 0 || p.sentence >= sentence_prev, "text %zu part %zu: sentence %zu after %zu", index, s,
+                  p.sentence, sentence_prev);
+        if (s > 0 && p.sentence == sentence_prev)
+            CHECK_MSG(memchr(src + src_prev, '\n', sb - src_prev) == NULL,
+                      "text %zu part %zu: a line break inside sentence %zu", index, s, p.sentence);
         if (scores)
-            CHECK_MSG(isfinite(score) && score <= 0.0f, "text %zu sentence %zu: score %g", index, s, score);
+            CHECK_MSG(isfinite(p.score) && p.score <= 0.0f, "text %zu sentence %zu: score %g", index, s, p.score);
         else
-            CHECK_MSG(isnan(score), "text %zu sentence %zu: score %g without return_scores", index, s, score);
+            CHECK_MSG(isnan(p.score), "text %zu sentence %zu: score %g without return_scores", index, s, p.score);
         src_prev = se;
         tgt_prev = te;
+        sentence_prev = p.sentence;
     }
     /* The tail after the last sentence (the whole text when there is none). */
     CHECK_MSG(len - tgt_prev == src_len - src_prev && memcmp(text + tgt_prev, src + src_prev, len - tgt_prev) == 0,
@@ -125,8 +217,8 @@ static size_t check_text(const TolkTextResult *r, size_t index, const char *src,
     return n;
 }
 
-/* Everything a result says about text `index` (text, ranges, scores) as one malloc'ed
- * string, to compare results. */
+/* Everything a result says about text `index` (text, ranges, scores, sentences) as one
+ * malloc'ed string, to compare results. */
 static char *describe(const TolkTextResult *r, size_t index) {
     size_t len = 0;
     const char *text = tolk_text_result_text(r, index, &len);
@@ -136,17 +228,18 @@ static char *describe(const TolkTextResult *r, size_t index) {
         return none;
     }
     size_t n = tolk_text_result_num_sentences(r, index);
-    size_t cap = len + 1 + n * 96 + 32, used = 0;
+    size_t cap = len + 1 + n * 128 + 32, used = 0;
     char *out = malloc(cap);
     if (out == NULL) return NULL;
     memcpy(out, text, len);
     used = len;
     used += (size_t)snprintf(out + used, cap - used, "|%zu", n);
     for (size_t s = 0; s < n; s++) {
-        size_t sb = 0, se = 0, tb = 0, te = 0;
-        float score = 0;
-        tolk_text_result_sentence(r, index, s, &sb, &se, &tb, &te, &score);
-        used += (size_t)snprintf(out + used, cap - used, "|%zu-%zu:%zu-%zu:%.9g", sb, se, tb, te, score);
+        TolkSentenceInfo p;
+        memset(&p, 0, sizeof p);
+        get_part(r, index, s, &p);
+        used += (size_t)snprintf(out + used, cap - used, "|%zu-%zu:%zu-%zu:%.9g:%zu", p.source_begin, p.source_end,
+                                 p.target_begin, p.target_end, p.score, p.sentence);
     }
     return out;
 }
@@ -163,8 +256,9 @@ static bool same_text(const TolkTextResult *a, size_t i, const TolkTextResult *b
 
 /* The source text of sentence `s` of text `index`, for readable comparisons. */
 static bool source_is(const TolkTextResult *r, size_t index, size_t s, const char *src, const char *want) {
-    size_t sb = 0, se = 0;
-    if (tolk_text_result_sentence(r, index, s, &sb, &se, NULL, NULL, NULL) != TOLK_OK) return false;
+    TolkSentenceInfo p;
+    if (get_part(r, index, s, &p) != TOLK_OK) return false;
+    size_t sb = p.source_begin, se = p.source_end;
     bool same = se - sb == strlen(want) && memcmp(src + sb, want, se - sb) == 0;
     if (!same) fprintf(stderr, "  sentence %zu is \"%.*s\", expected \"%s\"\n", s, (int)(se - sb), src + sb, want);
     return same;
@@ -229,10 +323,12 @@ static void test_batch(const TolkTranslator *t) {
     }
     /* The gaps, spelled out for the CRLF text. */
     const char *crlf = tolk_text_result_text(a, 2, NULL);
-    size_t e0 = 0, b1 = 0, e1 = 0, b2 = 0;
-    CHECK_STATUS(tolk_text_result_sentence(a, 2, 0, NULL, NULL, NULL, &e0, NULL), TOLK_OK);
-    CHECK_STATUS(tolk_text_result_sentence(a, 2, 1, NULL, NULL, &b1, &e1, NULL), TOLK_OK);
-    CHECK_STATUS(tolk_text_result_sentence(a, 2, 2, NULL, NULL, &b2, NULL, NULL), TOLK_OK);
+    TolkSentenceInfo p0, p1, p2;
+    CHECK_STATUS(get_part(a, 2, 0, &p0), TOLK_OK);
+    CHECK_STATUS(get_part(a, 2, 1, &p1), TOLK_OK);
+    CHECK_STATUS(get_part(a, 2, 2, &p2), TOLK_OK);
+    size_t e0 = p0.target_end, b1 = p1.target_begin, e1 = p1.target_end, b2 = p2.target_begin;
+    CHECK(p0.sentence == 0 && p1.sentence == 1 && p2.sentence == 2);
     CHECK(crlf && b1 - e0 == 4 && memcmp(crlf + e0, "\r\n\r\n", 4) == 0);
     CHECK(crlf && b2 - e1 == 3 && memcmp(crlf + e1, "\r\n\t", 3) == 0);
     CHECK(crlf && strlen(crlf) >= 2 && strcmp(crlf + strlen(crlf) - 2, "\r\n") == 0);
@@ -287,7 +383,8 @@ static void test_empty(const TolkTranslator *t) {
     const char *text = tolk_text_result_text(r, 0, &len);
     CHECK(text != NULL && text[0] == '\0' && len == 0);
     CHECK(tolk_text_result_count(r) == 1 && tolk_text_result_num_sentences(r, 0) == 0);
-    CHECK_STATUS(tolk_text_result_sentence(r, 0, 0, NULL, NULL, NULL, NULL, NULL), TOLK_ERROR_OUT_OF_RANGE);
+    TolkSentenceInfo p = tolk_sentence_info_default();
+    CHECK_STATUS(tolk_text_result_sentence(r, 0, 0, &p), TOLK_ERROR_OUT_OF_RANGE);
     tolk_text_result_free(r);
 }
 
@@ -391,26 +488,162 @@ static void test_null_pointers(const TolkTranslator *t) {
     size_t lengths[] = {6, 3};
     CHECK_STATUS(tolk_translate_text_batch(t, texts, lengths, 2, NULL, NULL, &r), TOLK_ERROR_INVALID_ARGUMENT);
 
-    size_t sb = 0;
-    CHECK_STATUS(tolk_text_result_sentence(NULL, 0, 0, &sb, NULL, NULL, NULL, NULL), TOLK_ERROR_NULL_POINTER);
+    TolkSentenceInfo info = tolk_sentence_info_default();
+    CHECK_STATUS(tolk_text_result_sentence(NULL, 0, 0, &info), TOLK_ERROR_NULL_POINTER);
     CHECK(tolk_text_result_count(NULL) == 0);
     size_t len = 77;
     CHECK(tolk_text_result_text(NULL, 0, &len) == NULL && len == 77);
     CHECK(tolk_text_result_num_sentences(NULL, 0) == 0);
     tolk_text_result_free(NULL); /* a no-op */
 
-    /* Every out pointer of tolk_text_result_sentence may be NULL. */
+    /* The out struct is required. */
     r = NULL;
     TolkTranslateOptions o = quick_options(true);
     CHECK_STATUS(tolk_translate_text(t, "Hello world.", &o, NULL, &r), TOLK_OK);
-    CHECK_STATUS(tolk_text_result_sentence(r, 0, 0, NULL, NULL, NULL, NULL, NULL), TOLK_OK);
-    size_t se = 0, tb = 99, te = 0;
-    float score = NAN;
-    CHECK_STATUS(tolk_text_result_sentence(r, 0, 0, NULL, &se, NULL, NULL, NULL), TOLK_OK);
-    CHECK_STATUS(tolk_text_result_sentence(r, 0, 0, NULL, NULL, &tb, &te, NULL), TOLK_OK);
-    CHECK_STATUS(tolk_text_result_sentence(r, 0, 0, NULL, NULL, NULL, NULL, &score), TOLK_OK);
-    CHECK(se == 12 && tb == 0 && te > 0 && isfinite(score));
+    CHECK_STATUS(tolk_text_result_sentence(r, 0, 0, NULL), TOLK_ERROR_NULL_POINTER);
+    CHECK(strstr(tolk_last_error(), "out") != NULL);
+    CHECK_STATUS(tolk_text_result_sentence(r, 0, 0, &info), TOLK_OK);
+    CHECK(info.source_begin == 0 && info.source_end == 12 && info.target_begin == 0 && info.target_end > 0);
+    CHECK(info.sentence == 0 && isfinite(info.score));
     tolk_text_result_free(r);
+}
+
+/* TolkSentenceInfo is versioned like the option structs, the other way round: the library
+ * fills only the fields that fit in out->struct_size (a caller built against an older,
+ * smaller struct), leaves the rest and struct_size itself alone, and refuses sizes that
+ * end inside a field or cannot hold struct_size. */
+static void test_sentence_info(const TolkTranslator *t) {
+    TolkSentenceInfo d = tolk_sentence_info_default();
+    CHECK(d.struct_size == sizeof(TolkSentenceInfo));
+    CHECK(isnan(d.score));
+    TolkTranslateOptions o = quick_options(true);
+    const char *src = "Hello world. How are you?";
+    TolkTextResult *r = NULL;
+    CHECK_STATUS(tolk_translate_text(t, src, &o, NULL, &r), TOLK_OK);
+    if (r == NULL) return;
+    TolkSentenceInfo full;
+    CHECK_STATUS(get_part(r, 0, 1, &full), TOLK_OK);
+    CHECK(full.struct_size == sizeof(TolkSentenceInfo));
+    CHECK(full.source_begin == 13 && full.source_end == strlen(src) && full.sentence == 1);
+    CHECK(full.target_begin < full.target_end && isfinite(full.score) && full.score <= 0.0f);
+
+    /* Older headers: each field boundary as struct_size. Bytes past the size keep the
+     * caller's 0xA5 pattern; the fields before it are the full struct's. */
+    static const size_t SIZES[] = {
+        sizeof(uint32_t),                            /* struct_size alone: nothing to fill */
+        offsetof(TolkSentenceInfo, source_begin),    /* struct_size + score */
+        offsetof(TolkSentenceInfo, target_begin),    /* ... + the source range */
+        offsetof(TolkSentenceInfo, sentence),        /* everything but the sentence */
+        sizeof(TolkSentenceInfo),
+    };
+    for (size_t k = 0; k < sizeof SIZES / sizeof SIZES[0]; k++) {
+        size_t size = SIZES[k];
+        unsigned char buf[sizeof(TolkSentenceInfo)];
+        memset(buf, 0xA5, sizeof buf);
+        TolkSentenceInfo *old = (TolkSentenceInfo *)buf;
+        old->struct_size = (uint32_t)size;
+        CHECK_STATUS(tolk_text_result_sentence(r, 0, 1, old), TOLK_OK);
+        CHECK_MSG(old->struct_size == size, "size %zu: struct_size became %u", size, (unsigned)old->struct_size);
+        bool untouched = true;
+        for (size_t b = size; b < sizeof buf; b++) untouched = untouched && buf[b] == 0xA5;
+        CHECK_MSG(untouched, "size %zu: bytes past struct_size were written", size);
+        /* The fields inside the size (padding excepted) are the full struct's. */
+        TolkSentenceInfo want = full;
+        want.struct_size = (uint32_t)size;
+        if (size > offsetof(TolkSentenceInfo, score))
+            CHECK_MSG(old->score == want.score, "size %zu: score %g", size, old->score);
+        if (size > offsetof(TolkSentenceInfo, source_begin))
+            CHECK_MSG(old->source_begin == want.source_begin && old->source_end == want.source_end, "size %zu", size);
+        if (size > offsetof(TolkSentenceInfo, target_begin))
+            CHECK_MSG(old->target_begin == want.target_begin && old->target_end == want.target_end, "size %zu", size);
+        if (size > offsetof(TolkSentenceInfo, sentence)) CHECK_MSG(old->sentence == want.sentence, "size %zu", size);
+    }
+
+    /* Sizes that cannot be a struct: too small for struct_size, or ending inside a field.
+     * Nothing is written. */
+    static const size_t BAD[] = {
+        0, 2, 3, 6,
+        offsetof(TolkSentenceInfo, source_begin) + sizeof(size_t) / 2,
+        offsetof(TolkSentenceInfo, sentence) + 1,
+        sizeof(TolkSentenceInfo) - 1,
+    };
+    for (size_t k = 0; k < sizeof BAD / sizeof BAD[0]; k++) {
+        unsigned char buf[sizeof(TolkSentenceInfo)];
+        memset(buf, 0xA5, sizeof buf);
+        TolkSentenceInfo *bad = (TolkSentenceInfo *)buf;
+        bad->struct_size = (uint32_t)BAD[k];
+        CHECK_STATUS(tolk_text_result_sentence(r, 0, 0, bad), TOLK_ERROR_INVALID_ARGUMENT);
+        CHECK_MSG(strstr(tolk_last_error(), "struct_size") != NULL, "size %zu: %s", BAD[k], tolk_last_error());
+        bool untouched = bad->struct_size == BAD[k];
+        for (size_t b = sizeof(uint32_t); b < sizeof buf; b++) untouched = untouched && buf[b] == 0xA5;
+        CHECK_MSG(untouched, "size %zu: a refused call wrote into the struct", BAD[k]);
+    }
+    tolk_text_result_free(r);
+}
+
+/* Every part names its source sentence: the parts of a wrapped sentence share its index,
+ * indices start at 0 and never decrease, and each sentence's parts lie inside the range
+ * the unwrapped sentence has. max_input_length bounds the parts like max_sentence_tokens. */
+static void test_sentence_indices(const TolkTranslator *t) {
+    const char *src = "Hello world. The cat sat on the mat and the dog sat on the log and we love to read small texts. "
+                      "Zebra.\n\nHow are you?";
+    size_t len = strlen(src);
+    TolkTranslateOptions o = quick_options(true);
+    o.max_decoding_length = 8;
+    TolkTextOptions to = tolk_text_options_default();
+    TolkTextResult *whole = NULL, *wrapped = NULL, *bounded = NULL;
+    CHECK_STATUS(tolk_translate_text(t, src, &o, &to, &whole), TOLK_OK);
+    to.max_sentence_tokens = 7;
+    CHECK_STATUS(tolk_translate_text(t, src, &o, &to, &wrapped), TOLK_OK);
+    /* The same limit through max_input_length: the same parts, the same translations. */
+    TolkTranslateOptions oi = o;
+    oi.max_input_length = 7;
+    CHECK_STATUS(tolk_translate_text(t, src, &oi, NULL, &bounded), TOLK_OK);
+    if (whole == NULL || wrapped == NULL || bounded == NULL) goto done;
+    size_t n = check_text(whole, 0, src, len, true);
+    CHECK_MSG(n == 4, "%zu sentences", n);
+    for (size_t s = 0; s < n; s++) {
+        TolkSentenceInfo p;
+        CHECK_STATUS(get_part(whole, 0, s, &p), TOLK_OK);
+        CHECK_MSG(p.sentence == s, "unwrapped part %zu is sentence %zu", s, p.sentence);
+    }
+    size_t parts = check_text(wrapped, 0, src, len, true);
+    CHECK_MSG(parts >= n + 6, "%zu parts of %zu sentences wrapped at 7 tokens", parts, n);
+    size_t per_sentence[4] = {0};
+    for (size_t k = 0; k < parts; k++) {
+        TolkSentenceInfo p, s;
+        CHECK_STATUS(get_part(wrapped, 0, k, &p), TOLK_OK);
+        CHECK_MSG(k > 0 || p.sentence == 0, "the first part is sentence %zu", p.sentence);
+        if (p.sentence >= n) {
+            CHECK_MSG(false, "part %zu: sentence %zu of %zu", k, p.sentence, n);
+            continue;
+        }
+        per_sentence[p.sentence]++;
+        CHECK_STATUS(get_part(whole, 0, p.sentence, &s), TOLK_OK);
+        CHECK_MSG(s.source_begin <= p.source_begin && p.source_end <= s.source_end,
+                  "part %zu [%zu, %zu) is outside its sentence %zu [%zu, %zu)", k, p.source_begin, p.source_end,
+                  p.sentence, s.source_begin, s.source_end);
+    }
+    for (size_t s = 0; s < n; s++) CHECK_MSG(per_sentence[s] >= 1, "sentence %zu has no part", s);
+    CHECK_MSG(per_sentence[0] == 1 && per_sentence[1] >= 6, "parts per sentence: %zu %zu %zu %zu", per_sentence[0],
+              per_sentence[1], per_sentence[2], per_sentence[3]);
+    /* The parts of a sentence start and end where it does. */
+    for (size_t s = 0; s < n; s++) {
+        TolkSentenceInfo first, last, unwrapped;
+        size_t a = 0;
+        for (size_t k = 0; k < s; k++) a += per_sentence[k];
+        get_part(wrapped, 0, a, &first);
+        get_part(wrapped, 0, a + per_sentence[s] - 1, &last);
+        get_part(whole, 0, s, &unwrapped);
+        CHECK_MSG(first.source_begin == unwrapped.source_begin && last.source_end == unwrapped.source_end,
+                  "sentence %zu: parts cover [%zu, %zu), the sentence is [%zu, %zu)", s, first.source_begin,
+                  last.source_end, unwrapped.source_begin, unwrapped.source_end);
+    }
+    CHECK_MSG(same_text(wrapped, 0, bounded, 0), "max_input_length 7 wraps like max_sentence_tokens 7");
+done:
+    tolk_text_result_free(whole);
+    tolk_text_result_free(wrapped);
+    tolk_text_result_free(bounded);
 }
 
 /* Invalid UTF-8, bad options and out of range reads: errors with messages, no crash. */
@@ -485,17 +718,20 @@ static void test_bad_arguments(const TolkTranslator *t) {
     const char *two[] = {"Hello world.", "Zebra."};
     CHECK_STATUS(tolk_translate_text_batch(t, two, NULL, 2, &q, NULL, &r), TOLK_OK);
     if (r == NULL) return;
-    size_t len = 77, sb = 77;
+    size_t len = 77;
     CHECK(tolk_text_result_text(r, 2, &len) == NULL && len == 77);
     CHECK(tolk_text_result_text(r, (size_t)-1, NULL) == NULL);
     CHECK(tolk_text_result_num_sentences(r, 2) == 0);
-    CHECK_STATUS(tolk_text_result_sentence(r, 2, 0, &sb, NULL, NULL, NULL, NULL), TOLK_ERROR_OUT_OF_RANGE);
+    TolkSentenceInfo info = tolk_sentence_info_default();
+    info.source_begin = 77;
+    CHECK_STATUS(tolk_text_result_sentence(r, 2, 0, &info), TOLK_ERROR_OUT_OF_RANGE);
     CHECK(strstr(tolk_last_error(), "out of range") != NULL);
-    CHECK_STATUS(tolk_text_result_sentence(r, (size_t)-1, 0, &sb, NULL, NULL, NULL, NULL), TOLK_ERROR_OUT_OF_RANGE);
-    CHECK_STATUS(tolk_text_result_sentence(r, 1, 1, &sb, NULL, NULL, NULL, NULL), TOLK_ERROR_OUT_OF_RANGE);
-    CHECK_STATUS(tolk_text_result_sentence(r, 1, (size_t)-1, &sb, NULL, NULL, NULL, NULL), TOLK_ERROR_OUT_OF_RANGE);
-    CHECK(sb == 77); /* untouched */
-    CHECK_STATUS(tolk_text_result_sentence(r, 1, 0, &sb, NULL, NULL, NULL, NULL), TOLK_OK);
+    CHECK_STATUS(tolk_text_result_sentence(r, (size_t)-1, 0, &info), TOLK_ERROR_OUT_OF_RANGE);
+    CHECK_STATUS(tolk_text_result_sentence(r, 1, 1, &info), TOLK_ERROR_OUT_OF_RANGE);
+    CHECK_STATUS(tolk_text_result_sentence(r, 1, (size_t)-1, &info), TOLK_ERROR_OUT_OF_RANGE);
+    CHECK(info.source_begin == 77); /* untouched */
+    CHECK_STATUS(tolk_text_result_sentence(r, 1, 0, &info), TOLK_OK);
+    CHECK(info.source_begin == 0 && info.source_end == 6);
     tolk_text_result_free(r);
 }
 
@@ -558,6 +794,49 @@ static void test_tokenizers(const TolkTranslator *fixture) {
         tolk_result_free(tr);
         tolk_translator_free(t);
     }
+    /* A tokenizer found in the package that does not load (a junk spm.model): the model
+     * still loads and translates tokens; text is unsupported, with the load error. */
+    char junk[4096];
+    snprintf(junk, sizeof junk, "%s/spm.model", dir);
+    FILE *f = fopen(junk, "wb");
+    CHECK(f != NULL);
+    if (f != NULL) {
+        fputs("\x0a\xff\xff\xff\x0fthis is not a SentencePiece model", f);
+        fclose(f);
+    }
+    t = load_translator(dir, NULL);
+    if (t != NULL) {
+        TolkTextResult *r = (TolkTextResult *)&r;
+        CHECK_STATUS(tolk_translate_text(t, src, &o, NULL, &r), TOLK_ERROR_UNSUPPORTED);
+        CHECK(r == NULL);
+        CHECK_MSG(strstr(tolk_last_error(), junk) != NULL, "%s", tolk_last_error());
+        const char *tokens[] = {"a", "b"};
+        const char *const *batch[] = {tokens};
+        size_t n = 2;
+        TolkResult *tr = NULL;
+        CHECK_STATUS(tolk_translate_batch(t, batch, &n, 1, NULL, NULL, NULL, &tr), TOLK_OK);
+        tolk_result_free(tr);
+        tolk_translator_free(t);
+    }
+    /* Named in the options, the same file fails the load. */
+    TolkModel *junk_model = (TolkModel *)&junk_model;
+    TolkModelOptions jo = tolk_model_options_default();
+    jo.source_tokenizer = junk;
+    TolkStatus js = tolk_model_load_with_options(dir, &jo, &junk_model);
+    CHECK_MSG(js == TOLK_ERROR_INVALID_MODEL || js == TOLK_ERROR_INVALID_ARGUMENT, "status %d: %s", (int)js, tolk_last_error());
+    CHECK(junk_model == NULL && strstr(tolk_last_error(), "spm.model") != NULL);
+    /* An explicit tokenizer replaces the broken one found in the package. */
+    jo.source_tokenizer = spm;
+    t = load_translator(dir, &jo);
+    if (t != NULL) {
+        TolkTextResult *r = NULL;
+        CHECK_STATUS(tolk_translate_text(t, src, &o, NULL, &r), TOLK_OK);
+        CHECK(r && want && same_text(r, 0, want, 0));
+        tolk_text_result_free(r);
+        tolk_translator_free(t);
+    }
+    remove_file(dir, "spm.model");
+
     /* The fixture's tokenizer named in the options: the fixture's translation. */
     TolkModelOptions mo = tolk_model_options_default();
     CHECK(mo.source_tokenizer == NULL && mo.target_tokenizer == NULL);
@@ -642,9 +921,11 @@ static void test_huge(const TolkTranslator *t, size_t size) {
         const char *text = tolk_text_result_text(r, 0, NULL);
         size_t mismatches = 0;
         for (size_t s = per_para; s < n; s++) {
-            size_t tb = 0, te = 0, fb = 0, fe = 0;
-            tolk_text_result_sentence(r, 0, s, NULL, NULL, &tb, &te, NULL);
-            tolk_text_result_sentence(r, 0, s % per_para, NULL, NULL, &fb, &fe, NULL);
+            TolkSentenceInfo p, f;
+            get_part(r, 0, s, &p);
+            get_part(r, 0, s % per_para, &f);
+            size_t tb = p.target_begin, te = p.target_end, fb = f.target_begin, fe = f.target_end;
+            mismatches += p.sentence != s;
             mismatches += te - tb != fe - fb || memcmp(text + tb, text + fb, te - tb) != 0;
         }
         CHECK_MSG(mismatches == 0, "%zu copies of sentences translated differently", mismatches);
@@ -734,6 +1015,8 @@ int main(int argc, char **argv) {
     test_empty(t);
     test_split_modes(t);
     test_null_pointers(t);
+    test_sentence_info(t);
+    test_sentence_indices(t);
     test_bad_arguments(t);
     test_tokenizers(t);
     test_huge(t, under_valgrind ? 64 * 1024 : 1024 * 1024);

@@ -250,7 +250,8 @@ fn is_blank(c: char) -> bool {
 }
 
 /// Characters of scripts written without spaces between words and sentences (Chinese,
-/// Japanese; CJK punctuation and full-width forms).
+/// Japanese; CJK punctuation and full-width forms). Unlike the splitter's `is_cjk`, Hangul
+/// is not here: Korean puts spaces between sentences.
 fn is_unspaced(c: char) -> bool {
     matches!(c as u32,
         0x3000..=0x303F   // CJK symbols and punctuation
