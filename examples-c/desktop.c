@@ -10,9 +10,12 @@
  * 2. Translate on a worker thread so the UI thread never blocks: the UI posts requests to
  *    a small queue (mutex + condition variable) and keeps running its event loop; the
  *    worker translates and marks the request done.
- * 3. Translate whole documents with tolk_translate_text: the library cuts them into
- *    sentences, keeps paragraphs, blank lines and spacing, and returns every sentence's
- *    byte ranges in the source and in the translation: what hover highlighting needs.
+ * 3. Translate whole documents with tolk_translate_text_batch (one text, with its length:
+ *    a document may hold NUL bytes): the library cuts them into sentences, keeps
+ *    paragraphs, blank lines and spacing, and returns every sentence's byte ranges in the
+ *    source and in the translation: what hover highlighting needs. A sentence too long for
+ *    the model is translated in several parts that name the same source sentence; the
+ *    app highlights them together.
  * 4. Free everything on exit.
  *
  * Build: make -C examples-c (after cargo build --release).
@@ -31,6 +34,7 @@
 /* A translation request: filled in by the UI, completed by the worker. */
 typedef struct Request {
     char *text;             /* UTF-8 source, owned by the request */
+    size_t length;          /* its length in bytes */
     TolkTextResult *result; /* set by the worker on success */
     char error[512];        /* set by the worker on failure */
     bool done;
@@ -62,7 +66,8 @@ static void *worker_main(void *arg) {
         TolkTextOptions text_opts = tolk_text_options_default();     /* sentences */
         TolkTextResult *result = NULL;
         char error[sizeof req->error] = "";
-        if (tolk_translate_text(w->translator, req->text, &opts, &text_opts, &result) != TOLK_OK)
+        const char *texts[1] = {req->text};
+        if (tolk_translate_text_batch(w->translator, texts, &req->length, 1, &opts, &text_opts, &result) != TOLK_OK)
             /* tolk_last_error() is per thread: copy it for the UI thread now. */
             snprintf(error, sizeof error, "%s", tolk_last_error());
 
@@ -105,8 +110,9 @@ static bool poll_done(Worker *w, Request *req) {
     return done;
 }
 
-/* Reads all of `f` into a NUL-terminated buffer (NULL on error). */
-static char *read_all(FILE *f) {
+/* Reads all of `f` into a buffer (NUL-terminated for convenience, but NUL bytes inside are
+ * kept: *out_length is the length read). NULL on error. */
+static char *read_all(FILE *f, size_t *out_length) {
     size_t len = 0, cap = 4096;
     char *buf = malloc(cap);
     while (buf != NULL) {
@@ -114,6 +120,7 @@ static char *read_all(FILE *f) {
         if (ferror(f)) break;
         if (feof(f)) {
             buf[len] = '\0';
+            *out_length = len;
             return buf;
         }
         char *grown = len + 1 == cap ? realloc(buf, cap *= 2) : buf;
@@ -124,15 +131,23 @@ static char *read_all(FILE *f) {
     return NULL;
 }
 
-/* The sentence whose target range holds byte `offset` of the translation: what a hover
- * over the translation looks up (binary search: the ranges are in order). */
-static bool sentence_at(const TolkTextResult *r, size_t offset, size_t *found) {
+/* Part `part` of the translation (its ranges and source sentence). */
+static TolkSentenceInfo part_info(const TolkTextResult *r, size_t part) {
+    TolkSentenceInfo info = tolk_sentence_info_default();
+    if (tolk_text_result_sentence(r, 0, part, &info) != TOLK_OK)
+        fprintf(stderr, "desktop: part %zu: %s\n", part, tolk_last_error());
+    return info;
+}
+
+/* The part whose target range holds byte `offset` of the translation: what a hover over the
+ * translation looks up (binary search: the ranges are in order). */
+static bool part_at(const TolkTextResult *r, size_t offset, size_t *found) {
     size_t lo = 0, hi = tolk_text_result_num_sentences(r, 0);
     while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2, begin = 0, end = 0;
-        tolk_text_result_sentence(r, 0, mid, NULL, NULL, &begin, &end, NULL);
-        if (offset < begin) hi = mid;
-        else if (offset >= end) lo = mid + 1;
+        size_t mid = lo + (hi - lo) / 2;
+        TolkSentenceInfo info = part_info(r, mid);
+        if (offset < info.target_begin) hi = mid;
+        else if (offset >= info.target_end) lo = mid + 1;
         else {
             *found = mid;
             return true;
@@ -141,23 +156,39 @@ static bool sentence_at(const TolkTextResult *r, size_t offset, size_t *found) {
     return false; /* between sentences: spaces or line breaks */
 }
 
-/* Shows the result: the translation, then each sentence pair by its byte ranges. */
+/* Shows the result: the translation, then each source sentence beside its translation. A
+ * sentence wrapped into several parts is one pair: from its first part's start to its last
+ * part's end, in the source and in the translation. */
 static void show(const char *source, const TolkTextResult *r) {
     size_t length = 0;
     const char *target = tolk_text_result_text(r, 0, &length);
     fwrite(target, 1, length, stdout);
     if (length > 0 && target[length - 1] != '\n') putchar('\n');
-    size_t n = tolk_text_result_num_sentences(r, 0);
-    printf("--- %zu aligned sentences ---\n", n);
-    for (size_t i = 0; i < n; i++) {
-        size_t sb, se, tb, te;
-        tolk_text_result_sentence(r, 0, i, &sb, &se, &tb, &te, NULL);
-        printf("%zu. source [%zu, %zu): %.*s\n", i + 1, sb, se, (int)(se - sb), source + sb);
-        printf("   target [%zu, %zu): %.*s\n", tb, te, (int)(te - tb), target + tb);
-        /* Hovering anywhere in this target sentence highlights its source sentence. */
-        size_t hit = 0;
-        if (te > tb && (!sentence_at(r, tb + (te - tb) / 2, &hit) || hit != i))
-            fprintf(stderr, "desktop: hover lookup failed for sentence %zu\n", i + 1);
+    size_t parts = tolk_text_result_num_sentences(r, 0), sentences = 0;
+    for (size_t i = 0; i < parts; i++)
+        sentences += i == 0 || part_info(r, i).sentence != part_info(r, i - 1).sentence;
+    printf("--- %zu aligned sentences ---\n", sentences);
+    size_t number = 0;
+    for (size_t first = 0, last; first < parts; first = last + 1) {
+        TolkSentenceInfo a = part_info(r, first), z = a;
+        for (last = first; last + 1 < parts && part_info(r, last + 1).sentence == a.sentence; last++)
+            z = part_info(r, last + 1);
+        size_t sb = a.source_begin, se = z.source_end, tb = a.target_begin, te = z.target_end;
+        printf("%zu. source [%zu, %zu): ", ++number, sb, se);
+        fwrite(source + sb, 1, se - sb, stdout);
+        printf("\n   target [%zu, %zu): ", tb, te);
+        fwrite(target + tb, 1, te - tb, stdout);
+        putchar('\n');
+        if (last > first) printf("   (a long sentence, translated in %zu parts)\n", last - first + 1);
+        /* Hovering anywhere in a part's translation highlights its whole source sentence. */
+        for (size_t p = first; p <= last; p++) {
+            TolkSentenceInfo info = part_info(r, p);
+            size_t hit = 0;
+            if (info.target_end > info.target_begin &&
+                (!part_at(r, info.target_begin + (info.target_end - info.target_begin) / 2, &hit) ||
+                 part_info(r, hit).sentence != a.sentence))
+                fprintf(stderr, "desktop: hover lookup failed for sentence %zu (part %zu)\n", number, p + 1);
+        }
     }
 }
 
@@ -178,7 +209,8 @@ int main(int argc, char **argv) {
     tolk_model_free(model); /* the translator keeps what it needs */
 
     FILE *in = argc == 3 ? fopen(argv[2], "rb") : stdin;
-    char *text = in ? read_all(in) : NULL;
+    size_t length = 0;
+    char *text = in ? read_all(in, &length) : NULL;
     int read_errno = errno;
     if (in && in != stdin) fclose(in);
     if (text == NULL) {
@@ -200,7 +232,7 @@ int main(int argc, char **argv) {
     }
 
     /* The user pressed "Translate": queue the document and keep the UI responsive. */
-    Request req = {.text = text};
+    Request req = {.text = text, .length = length};
     submit(&w, &req);
     unsigned frames = 0;
     while (!poll_done(&w, &req)) frames++; /* repaint, spinner, input... */

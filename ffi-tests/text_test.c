@@ -434,10 +434,17 @@ static void test_split_modes(const TolkTranslator *t) {
     size_t n = r ? check_text(r, 0, lng, strlen(lng), true) : 0;
     CHECK_MSG(n >= 4, "%zu parts of a sentence of ~30 tokens wrapped at 6", n);
     tolk_text_result_free(r);
-    to.max_sentence_tokens = 2; /* the smallest: one piece and the end token */
+    /* The tiny model adds no end token to its sources (add_source_eos false), so a part may
+     * have max_sentence_tokens pieces: "Hello world." is 4 pieces (▁H ello ▁world .). */
+    to.max_sentence_tokens = 2;
     r = NULL;
     CHECK_STATUS(tolk_translate_text(t, "Hello world.", &o, &to, &r), TOLK_OK);
-    CHECK(r && check_text(r, 0, "Hello world.", 12, true) >= 3);
+    CHECK(r && check_text(r, 0, "Hello world.", 12, true) == 2);
+    tolk_text_result_free(r);
+    to.max_sentence_tokens = 1; /* the smallest: one piece per part */
+    r = NULL;
+    CHECK_STATUS(tolk_translate_text(t, "Hello world.", &o, &to, &r), TOLK_OK);
+    CHECK(r && check_text(r, 0, "Hello world.", 12, true) == 4);
     tolk_text_result_free(r);
     /* Whitespace that is a piece of its own (NBSP: the fixture's normalization is the
      * identity, so it stays an unknown piece) never becomes a part by itself: every part
@@ -690,10 +697,8 @@ static void test_bad_arguments(const TolkTranslator *t) {
     CHECK(strstr(tolk_last_error(), "split_mode") != NULL);
     to.split_mode = UINT32_MAX;
     CHECK_STATUS(tolk_translate_text(t, "Hello.", NULL, &to, &r), TOLK_ERROR_INVALID_ARGUMENT);
-    to = tolk_text_options_default();
-    to.max_sentence_tokens = 1; /* no room for a piece before the end token */
-    CHECK_STATUS(tolk_translate_text(t, "Hello.", NULL, &to, &r), TOLK_ERROR_INVALID_ARGUMENT);
-    CHECK(strstr(tolk_last_error(), "max_sentence_tokens") != NULL);
+    /* (A max_sentence_tokens with no room for a piece beside the model's special tokens is
+     * refused: the tiny model has none, so tests/python/test_text.py checks that on zh-en.) */
     to = tolk_text_options_default();
     to.struct_size = 0;
     CHECK_STATUS(tolk_translate_text(t, "Hello.", NULL, &to, &r), TOLK_ERROR_INVALID_ARGUMENT);

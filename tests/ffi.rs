@@ -448,8 +448,9 @@ fn parse_text_score_lines(stdout: &str) -> Vec<(Vec<f64>, String)> {
 
 /// Text mode, the CLI's default: one output line per input line (a last line without a
 /// newline included), empty and blank lines back as they were, sentences translated one by
-/// one (--scores: one score per sentence), --split line, wrapping, the tokenizer options, and
-/// their errors.
+/// one (--scores: one score per sentence), --split lines, wrapping, the tokenizer options, and
+/// their errors. Only the line break ends a line: a lone "\r" or a NUL byte inside a line is
+/// text the library gets.
 #[test]
 fn the_c_example_translates_text_lines() {
     let binary = build_cli();
@@ -493,14 +494,18 @@ fn the_c_example_translates_text_lines() {
     let texts: Vec<&str> = scored.iter().map(|(_, t)| t.as_str()).collect();
     assert_eq!(texts, lines, "--scores changed the translations");
 
-    // --split line: every non-blank line is one sentence; lines of one sentence are
-    // translated as before.
-    let (code, by_line, stderr) = cli(&[&quick[..], &["--split", "line", "--scores"]].concat(), input);
+    // --split lines: every non-blank line is one sentence; lines of one sentence are
+    // translated as before. "line" is the same mode.
+    let (code, by_line_out, stderr) = cli(&[&quick[..], &["--split", "lines", "--scores"]].concat(), input);
     assert_eq!(code, Some(0), "{stderr}");
-    let by_line = parse_text_score_lines(&by_line);
+    let by_line = parse_text_score_lines(&by_line_out);
     let counts: Vec<usize> = by_line.iter().map(|(s, _)| s.len()).collect();
-    assert_eq!(counts, [1, 1, 0, 0, 1, 1], "--split line: {by_line:?}");
+    assert_eq!(counts, [1, 1, 0, 0, 1, 1], "--split lines: {by_line:?}");
     assert_eq!((by_line[1].1.as_str(), by_line[5].1.as_str()), (lines[1], lines[5]));
+    let (code, alias, stderr) = cli(&[&quick[..], &["--split", "line", "--scores"]].concat(), input);
+    assert_eq!((code, alias), (Some(0), by_line_out), "--split line is --split lines: {stderr}");
+    let (code, help, _) = cli(&["--help"], "");
+    assert!(code == Some(0) && help.contains("sentences|lines"), "{help}");
     let (code, explicit, _) = cli(&[&quick[..], &["--split", "sentences"]].concat(), input);
     assert_eq!((code, explicit), (Some(0), stdout.clone()), "--split sentences is the default");
 
@@ -509,12 +514,54 @@ fn the_c_example_translates_text_lines() {
     assert_eq!(code, Some(0), "{stderr}");
     let wrapped = parse_text_score_lines(&wrapped);
     assert!(wrapped[1].0.len() >= 3, "a sentence of ~10 tokens cut at 4: {wrapped:?}");
-    let (code, _, stderr) = cli(&[&quick[..], &["--max-sentence-tokens", "1"]].concat(), input);
-    assert!(code == Some(1) && stderr.contains("max_sentence_tokens"), "{code:?} {stderr}");
+    // The tiny model adds no end token to its sources: 1 is one piece per part ("Hello
+    // world." is 4 pieces). (zh-en, which adds one, refuses 1: see the zh-en test.)
+    let (code, out, stderr) = cli(&[&quick[..], &["--max-sentence-tokens", "1", "--scores"]].concat(), "Hello world.\n");
+    assert_eq!(code, Some(0), "{stderr}");
+    let out = parse_text_score_lines(&out);
+    assert_eq!(out[0].0.len(), 4, "{out:?}");
 
     // No input, no output.
     let (code, out, _) = cli(&quick, "");
     assert_eq!((code, out.as_str()), (Some(0), ""));
+
+    // Only "\n" (and one "\r" before it) ends a line. A lone "\r" inside a line is a line
+    // break for the library: both sentences are translated and the "\r" stays between them
+    // (the CLI used to cut the line there). CRLF lines lose their "\r" like "\n"; a
+    // second "\r" is part of the line.
+    let scored_lines = |stdin: &str| {
+        let (code, out, stderr) = cli(&[&quick[..], &["--scores"]].concat(), stdin);
+        assert_eq!(code, Some(0), "{stdin:?}: {stderr}");
+        parse_text_score_lines(&out)
+    };
+    let (code, hello, _) = cli(&quick, "Hello world.\n");
+    let hello = hello.trim_end_matches('\n').to_string();
+    let (code2, how, _) = cli(&quick, "How are you?\n");
+    let how = how.trim_end_matches('\n').to_string();
+    assert_eq!((code, code2), (Some(0), Some(0)));
+    let got = scored_lines("Hello world.\rHow are you?\nZebra.\r\n");
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].0.len(), 2, "both sides of the \\r are translated: {got:?}");
+    assert_eq!(got[0].1, format!("{hello}\r{how}"), "the \\r stays between the translations");
+    assert!(got[1].0.len() == 1 && !got[1].1.contains('\r'), "CRLF: {got:?}");
+    let got = scored_lines("Hello world.\r\r\n");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].1, format!("{hello}\r"), "only one \\r goes with the line break");
+    let (code, out, stderr) = cli(&[&quick[..], &["--split", "lines", "--scores"]].concat(), "Hello world.\rHow are you?\n");
+    assert_eq!(code, Some(0), "{stderr}");
+    let got = parse_text_score_lines(&out);
+    assert!(got.len() == 1 && got[0].0.len() == 2, "--split lines: the \\r ends a line there too: {got:?}");
+    // A NUL byte is text: lines go to the library with their lengths. The first sentence
+    // runs on past the NUL (no space after the "."), so the line has two sentences where
+    // the line cut at the NUL would have one.
+    let nul = "Zebra quilt.\0 Hello world. How are you?\nWe love to read.\n";
+    let got = scored_lines(nul);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].0.len(), 2, "the text after the NUL is translated: {got:?}");
+    let (code, cut, _) = cli(&[&quick[..], &["--scores"]].concat(), "Zebra quilt.\nWe love to read.\n");
+    assert_eq!(code, Some(0));
+    assert_ne!(got[0].1, parse_text_score_lines(&cut)[0].1, "the line was cut at the NUL");
+    assert_eq!(got[1].1, parse_text_score_lines(&cut)[1].1);
     // Invalid UTF-8 is the library's error.
     let out = run(
         {
@@ -566,7 +613,8 @@ fn the_c_example_translates_text_lines() {
 
 /// examples-c/desktop.c: loads the model, translates stdin or a file on its worker thread and
 /// prints the translation (the CLI's, for the same lines) and the aligned sentence pairs,
-/// whose byte ranges cut the source and the translation into exactly those sentences.
+/// whose byte ranges cut the source and the translation into exactly those sentences (the
+/// parts of a wrapped sentence as one pair); NUL bytes in the input are text.
 #[test]
 fn the_desktop_example_translates_and_aligns_sentences() {
     let desktop = examples().desktop.clone();
@@ -611,6 +659,44 @@ fn the_desktop_example_translates_and_aligns_sentences() {
     std::fs::write(&file, input).unwrap();
     let (code, from_file, _) = run_program(&desktop, &[model, file.to_str().unwrap()], "");
     assert_eq!((code, from_file), (Some(0), stdout.clone()));
+
+    // A sentence too long for one part (about 210 pieces of the tiny tokenizer, wrapped at
+    // 128 tokens) is one aligned pair, from its first part's start to its last part's end
+    // in the source and in the translation, with a note of its parts; hovering any part
+    // finds it.
+    let long = format!(
+        "{}.",
+        vec!["the cat sat on the mat and the dog sat on the log and we love to read small texts"; 4].join(", and ")
+    );
+    let input_long = format!("Hello world.\n{long}\n");
+    let (code, stdout, stderr) = run_program(&desktop, &[model], &input_long);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("hover lookup failed"), "{stderr}");
+    let (translation, pairs) = stdout
+        .split_once("--- 2 aligned sentences ---\n")
+        .unwrap_or_else(|| panic!("two sentences expected: {stdout:?}"));
+    let (code, by_lines, _) = run_program(&build_cli(), &["--model", model], &input_long);
+    assert_eq!((code, translation), (Some(0), by_lines.as_str()));
+    let lines: Vec<&str> = pairs.lines().collect();
+    assert_eq!(lines.len(), 5, "{pairs}");
+    let (sb, se, source) = parse(lines[2], "source [");
+    let (tb, te, target) = parse(lines[3], "   target [");
+    assert_eq!((source.as_str(), sb, se), (long.as_str(), 13, 13 + long.len()), "{pairs}");
+    assert_eq!((tb, te, &translation[tb..te]), (translation.find('\n').unwrap() + 1, translation.len() - 1, target.as_str()));
+    assert_eq!(lines[4], "   (a long sentence, translated in 2 parts)", "{pairs}");
+
+    // NUL bytes are text: the document goes to the library with its length (it used to be
+    // cut at the NUL). The first sentence runs past the NUL.
+    let input_nul = "Zebra quilt.\0 Hello world. How are you?\nWe love to read.\n";
+    let (code, stdout, stderr) = run_program(&desktop, &[model], input_nul);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (translation, pairs) = stdout
+        .split_once("--- 3 aligned sentences ---\n")
+        .unwrap_or_else(|| panic!("three sentences expected: {stdout:?}"));
+    let (code, by_lines, _) = run_program(&build_cli(), &["--model", model], input_nul);
+    assert_eq!((code, translation), (Some(0), by_lines.as_str()));
+    let (_, _, first) = parse(pairs.lines().next().unwrap(), "source [");
+    assert_eq!(first, "Zebra quilt.\0 Hello world.");
 
     // The error dialogs: the model does not load; the worker's translation fails (its
     // message, copied from the worker thread's tolk_last_error, reaches the UI); no file.
@@ -677,7 +763,7 @@ fn the_c_example_text_mode_matches_token_mode_on_zh_en() {
         .lines()
         .map(|l| format!("{}\n", l.split(' ').collect::<String>().replace('\u{2581}', " ").trim()))
         .collect();
-    for split in ["sentences", "line"] {
+    for split in ["sentences", "lines"] {
         let (code, by_text, stderr) = run_program(&binary, &["--model", model, "--split", split], verses);
         assert_eq!(code, Some(0), "{stderr}");
         assert_eq!(by_text.lines().count(), 3, "{by_text}");
@@ -688,6 +774,10 @@ fn the_c_example_text_mode_matches_token_mode_on_zh_en() {
         );
         assert_eq!(by_text, expected, "--split {split}: text mode differs from token mode on python's pieces");
     }
+    // The model adds an end token to every source: a part of at most 1 token has no room
+    // for a piece.
+    let (code, out, stderr) = run_program(&binary, &["--model", model, "--max-sentence-tokens", "1"], verses);
+    assert!(code == Some(1) && out.is_empty() && stderr.contains("max_sentence_tokens"), "{code:?} {stderr}");
 }
 
 /// The folder holding zh-en-ct2/: TOLK_MODELS, else models/ or ../shared/models.

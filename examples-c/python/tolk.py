@@ -146,6 +146,21 @@ class TolkTextOptions(ctypes.Structure):
     ]
 
 
+class TolkSentenceInfo(ctypes.Structure):
+    """One translated part of a text (``tolk_text_result_sentence``'s out struct; start
+    from ``tolk_sentence_info_default()``, which sets ``struct_size``)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("score", ctypes.c_float),  # NaN unless return_scores
+        ("source_begin", ctypes.c_size_t),
+        ("source_end", ctypes.c_size_t),
+        ("target_begin", ctypes.c_size_t),
+        ("target_end", ctypes.c_size_t),
+        ("sentence", ctypes.c_size_t),  # index of the source sentence; wrapped parts share it
+    ]
+
+
 class _TolkModel(ctypes.Structure):
     pass
 
@@ -289,17 +304,14 @@ def _declare(lib):
     # Returns `const char *` that may hold NUL bytes: read it with its length.
     fn("tolk_text_result_text", ctypes.c_void_p, _TextResultP, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
     fn("tolk_text_result_num_sentences", ctypes.c_size_t, _TextResultP, ctypes.c_size_t)
+    fn("tolk_sentence_info_default", TolkSentenceInfo)
     fn(
         "tolk_text_result_sentence",
         _Status,
         _TextResultP,
-        ctypes.c_size_t,
-        ctypes.c_size_t,
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_float),
+        ctypes.c_size_t,  # text index
+        ctypes.c_size_t,  # part
+        ctypes.POINTER(TolkSentenceInfo),
     )
     fn("tolk_text_result_free", None, _TextResultP)
     return lib
@@ -471,29 +483,34 @@ class TranslationResult:
 
 class Sentence:
     """One translated sentence of a text (or one part of a long sentence cut at
-    ``max_sentence_tokens``): ``source[...]`` and ``target`` are its text in the
+    ``max_sentence_tokens``): ``source`` and ``target`` are its text in the
     source and in the translation, ``source_span`` / ``target_span`` its
     ``(start, end)`` str indices there (``text[start:end] == source``), ``score`` the
-    hypothesis score (``None`` unless ``return_scores``)."""
+    hypothesis score (``None`` unless ``return_scores``), ``sentence_index`` the index
+    of the source sentence in its text (the parts of a wrapped sentence share it)."""
 
-    __slots__ = ("source", "target", "source_span", "target_span", "score")
+    __slots__ = ("source", "target", "source_span", "target_span", "score", "sentence_index")
 
     def __init__(self, source: str, target: str, source_span: Tuple[int, int],
-                 target_span: Tuple[int, int], score: Optional[float] = None):
+                 target_span: Tuple[int, int], score: Optional[float] = None,
+                 sentence_index: int = 0):
         self.source = source
         self.target = target
         self.source_span = source_span
         self.target_span = target_span
         self.score = score
+        self.sentence_index = sentence_index
 
     def _key(self):
-        return (self.source, self.target, self.source_span, self.target_span, self.score)
+        return (self.source, self.target, self.source_span, self.target_span, self.score,
+                self.sentence_index)
 
     def __eq__(self, other):
         return isinstance(other, Sentence) and self._key() == other._key()
 
     def __repr__(self):
-        return "Sentence(source=%r, target=%r, source_span=%r, target_span=%r, score=%r)" % self._key()
+        return ("Sentence(source=%r, target=%r, source_span=%r, target_span=%r, score=%r, "
+                "sentence_index=%r)" % self._key())
 
 
 class TextTranslation:
@@ -562,8 +579,12 @@ class _CharIndex:
 class Translator:
     """A translator (``TolkTranslator``) over a :class:`Model`.
 
-    Calls on one translator are serialized by the library; use several
-    translators (sharing one model) for parallel work.
+    A translator holds no mutable state: any number of threads may call
+    ``translate_batch`` / ``translate_text`` on one translator at the same time, and
+    the calls run in parallel (ctypes releases the GIL during each library call);
+    each call uses the translator's ``intra_threads``.  Several translators may
+    share one model.  Closing a translator while another thread still uses it
+    is the caller's error.
     """
 
     def __init__(
@@ -857,19 +878,16 @@ class Translator:
             if not return_sentences:
                 results.append(target)
                 continue
-            spans = []
+            parts = []
             for k in range(lib.tolk_text_result_num_sentences(res, i)):
-                vals = [ctypes.c_size_t(0) for _ in range(4)]
-                score = ctypes.c_float(math.nan)
-                status = lib.tolk_text_result_sentence(
-                    res, i, k, *[ctypes.byref(v) for v in vals], ctypes.byref(score)
-                )
-                _check(lib, status)
-                spans.append(([v.value for v in vals], float(score.value)))
+                info = lib.tolk_sentence_info_default()
+                _check(lib, lib.tolk_text_result_sentence(res, i, k, ctypes.byref(info)))
+                parts.append((info.source_begin, info.source_end, info.target_begin,
+                              info.target_end, float(info.score), int(info.sentence)))
             src_index = _CharIndex(encoded[i], "source", i)
             tgt_index = _CharIndex(target_b, "translation", i)
             sentences = []
-            for (sb, se, tb, te), score in spans:
+            for sb, se, tb, te, score, sentence in parts:
                 s0, s1 = src_index(sb), src_index(se)
                 t0, t1 = tgt_index(tb), tgt_index(te)
                 sentences.append(
@@ -879,6 +897,7 @@ class Translator:
                         source_span=(s0, s1),
                         target_span=(t0, t1),
                         score=score if return_scores and not math.isnan(score) else None,
+                        sentence_index=sentence,
                     )
                 )
             results.append(TextTranslation(target, sentences))

@@ -250,31 +250,33 @@ versioned!(TolkTranslateOptions {
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
 /// struct, and not ending inside a field (no version of the struct has such a size).
-fn check_struct_size<T: Versioned>(struct_size: u32) -> Result<usize, Error> {
+/// A larger size (a newer caller) is accepted only for structs the library writes.
+fn check_struct_size<T: Versioned>(struct_size: u32, written_by_library: bool) -> Result<usize, Error> {
     let size = struct_size as usize;
     let full = std::mem::size_of::<T>();
     let splits_a_field = T::fields().iter().any(|&(offset, len)| offset < size && size < offset + len);
-    if size < std::mem::size_of::<u32>() || size > full || splits_a_field {
+    if size < std::mem::size_of::<u32>() || (size > full && !written_by_library) || splits_a_field {
         return Err(Error::invalid_argument(format!(
             "struct_size is {size}, expected {full}: initialize the struct with its *_default() function"
         )));
     }
-    Ok(size)
+    Ok(size.min(full))
 }
 
 /// Copies a caller's options struct over the defaults, honouring its `struct_size` so that
 /// programs built against an older (smaller) header keep working.
 unsafe fn read_versioned<T: Versioned>(p: *const T, defaults: T, struct_size: u32) -> Result<T, Error> {
-    let size = check_struct_size::<T>(struct_size)?;
+    let size = check_struct_size::<T>(struct_size, false)?;
     let mut out = defaults;
     ptr::copy_nonoverlapping(p as *const u8, &mut out as *mut T as *mut u8, size);
     Ok(out)
 }
 
 /// Writes `value` into a caller's struct as far as its `struct_size` (read from the
-/// caller's struct) reaches: an older caller gets the fields it knows.
+/// caller's struct) reaches: an older caller gets the fields it knows, a newer one those the
+/// library knows (the rest of its struct is left as it was).
 unsafe fn write_versioned<T: Versioned>(p: *mut T, value: T, struct_size: u32) -> Result<(), Error> {
-    let size = check_struct_size::<T>(struct_size)?;
+    let size = check_struct_size::<T>(struct_size, true)?;
     // The caller's struct_size stays as the caller set it.
     let skip = std::mem::size_of::<u32>();
     ptr::copy_nonoverlapping((&value as *const T as *const u8).add(skip), (p as *mut u8).add(skip), size - skip);

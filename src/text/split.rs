@@ -39,8 +39,8 @@ pub enum SplitMode {
 }
 
 /// Byte ranges of the units of `text`, in order, non-empty, non-overlapping, each trimmed of
-/// whitespace (Unicode White_Space incl. U+3000, U+00A0) at both ends and always on char
-/// boundaries. Everything between ranges (spaces, line breaks, blank lines) is a gap the
+/// blanks (Unicode White_Space incl. U+3000, U+00A0, and the zero-width format characters of
+/// `is_blank_char`) at both ends and always on char boundaries. Everything between ranges (spaces, line breaks, blank lines) is a gap the
 /// caller copies verbatim.
 pub fn split(text: &str, mode: SplitMode) -> Vec<Range<usize>> {
     let mut units = Vec::new();
@@ -94,11 +94,17 @@ fn push_trimmed(text: &str, range: Range<usize>, units: &mut Vec<Range<usize>>) 
     }
 }
 
-/// `range` of `text` without the whitespace at its ends (empty at its start if blank).
+/// White space and the invisible characters that only format text (zero-width space and
+/// joiners, word joiner, byte order mark): nothing to translate.
+pub(crate) fn is_blank_char(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '\u{200B}' | '\u{200C}' | '\u{200D}' | '\u{2060}' | '\u{FEFF}')
+}
+
+/// `range` of `text` without the blanks at its ends (empty at its start if all blank).
 pub(crate) fn trimmed(text: &str, range: Range<usize>) -> Range<usize> {
     let s = &text[range.clone()];
-    let start = range.start + (s.len() - s.trim_start().len());
-    let end = range.start + s.trim_end().len();
+    let start = range.start + (s.len() - s.trim_start_matches(is_blank_char).len());
+    let end = range.start + s.trim_end_matches(is_blank_char).len();
     if start < end {
         start..end
     } else {
@@ -899,7 +905,7 @@ mod tests {
         assert_eq!(sents("Cafe\u{301}. Bon."), ["Cafe\u{301}.", "Bon."]);
         assert_eq!(
             sents("\u{202e}abc. Def.\u{200b}"),
-            ["\u{202e}abc.", "Def.\u{200b}"]
+            ["\u{202e}abc.", "Def."] // Zero-width characters at the ends are blanks.
         );
         assert_eq!(sents("👍🏽 Great! 🎉 Yes."), ["👍🏽 Great! 🎉 Yes."]);
         assert_eq!(sents("Great! 👍 Yes."), ["Great! 👍 Yes."]);
@@ -922,11 +928,11 @@ mod tests {
             let unit = &text[r.clone()];
             let gap = &text[prev_end..r.start];
             assert!(
-                gap.chars().all(char::is_whitespace),
+                gap.chars().all(is_blank_char),
                 "text in gap {gap:?} of {text:?}"
             );
-            assert!(!unit.starts_with(char::is_whitespace), "untrimmed {unit:?}");
-            assert!(!unit.ends_with(char::is_whitespace), "untrimmed {unit:?}");
+            assert!(!unit.starts_with(is_blank_char), "untrimmed {unit:?}");
+            assert!(!unit.ends_with(is_blank_char), "untrimmed {unit:?}");
             if mode != SplitMode::Whole {
                 assert!(!unit.contains(is_line_break), "line break in {unit:?}");
             }
@@ -936,7 +942,7 @@ mod tests {
         }
         let tail = &text[prev_end..];
         assert!(
-            tail.chars().all(char::is_whitespace),
+            tail.chars().all(is_blank_char),
             "text in tail {tail:?} of {text:?}"
         );
         rebuilt.push_str(tail);
@@ -954,11 +960,11 @@ mod tests {
         }
         let expected: Vec<&str> = text
             .split(is_line_break)
-            .map(str::trim)
+            .map(|l| l.trim_matches(is_blank_char))
             .filter(|l| !l.is_empty())
             .collect();
         assert_eq!(units(text, SplitMode::Lines), expected);
-        let trimmed = text.trim();
+        let trimmed = text.trim_matches(is_blank_char);
         let whole = units(text, SplitMode::Whole);
         assert_eq!(
             whole,

@@ -12,8 +12,11 @@ models README gives for that model (its ``sentencepiece.model`` is source-only):
   consistently, and the translation is the per-sentence token-mode translations put back
   between the source's gaps.
 - Text structure (blank lines, CRLF, leading/trailing spaces, empty and whitespace-only
-  texts), a 2000-sentence document, wrapping of a long sentence, errors and tokenizer
-  discovery / explicit tokenizer paths.
+  texts, invisible and wide blanks between sentences), a 2000-sentence document, wrapping
+  of long sentences (balanced parts naming their source sentence), errors, the versioned
+  TolkSentenceInfo, and tokenizer discovery (Argos parent directory, broken files found in
+  a package, a found target.spm kept beside a named source tokenizer) / explicit
+  tokenizer paths.
 
 Environment: TOLK_MODELS (folder with zh-en-ct2/ and en-pt-bergamot/), TOLK_DATA (folder
 with dev-matthew.zh); how many verses each comparison uses: TOLK_TEXT_LINES (greedy
@@ -60,15 +63,32 @@ def _unspaced(c):
             or 0x20000 <= o <= 0x3FFFF)
 
 
+# Unicode White_Space (Rust's char::is_whitespace; str.isspace() differs).
+_WHITE_SPACE = set("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | {
+    chr(c) for c in range(0x2000, 0x200B)}
+_LINE_BREAKS = set("\n\r\x0b\x0c\x85\u2028\u2029")
+# Invisible characters a gap may hold: ZWSP, ZWNJ, ZWJ, word joiner, BOM.
+_INVISIBLE = set("\u200b\u200c\u200d\u2060\ufeff")
+
+
+def _blank(c):
+    return (c in _WHITE_SPACE and c not in _LINE_BREAKS) or c in _INVISIBLE
+
+
 def _adapt_gap(gap, done, nxt):
+    """A gap with a line break is kept as it is (so is the text's head). Between two CJK
+    translations a blank gap vanishes; between others an empty gap becomes " ", ASCII
+    spaces and tabs stay, other blanks (NBSP, U+3000, ZWSP, BOM, ...) become " "."""
     if not done or not nxt:
         return gap
     before, after = done[-1], nxt[0]
-    if gap == "" and not before.isspace() and not _unspaced(before) and not _unspaced(after):
-        return " "
-    if gap and all(c in " \t\u3000" for c in gap) and _unspaced(before) and _unspaced(after):
+    if before in _WHITE_SPACE or not all(_blank(c) for c in gap):
+        return gap
+    if _unspaced(before) and _unspaced(after):
         return ""
-    return gap
+    if gap and all(c in " \t" for c in gap):
+        return gap
+    return " "
 
 
 def reassemble(source, spans, translations):
@@ -401,13 +421,10 @@ def _long_sentence(verses, n_chars=600):
     return ("，".join(parts))[: n_chars - 1] + "。"
 
 
-def test_long_sentence_is_wrapped(zh, sp, verses):
-    sentence = _long_sentence(verses)
-    assert len(sentence) == 600
-    doc = zh.translate_text(sentence, beam_size=1, max_sentence_tokens=32, return_sentences=True)
-    parts = doc.sentences
-    # Char ranges of the sentence's pieces: it has no spaces and its normalization maps
-    # each character to one character (checked), so the pieces' lengths give them.
+def _piece_counts(sp, sentence, parts):
+    """How many of `sentence`'s python-sentencepiece pieces each part holds (the parts must
+    partition them). The sentence has no spaces and its normalization maps each character
+    to one character (checked), so the pieces' lengths give their character ranges."""
     pieces = sp.encode(sentence, out_type=str)
     assert "".join(pieces).lstrip("\u2581") and pieces[0].startswith("\u2581")
     assert sum(len(p) for p in pieces) - 1 == len(sentence), pieces
@@ -416,28 +433,150 @@ def test_long_sentence_is_wrapped(zh, sp, verses):
         n = len(p) - (1 if k == 0 else 0)
         all_pieces.append((at, at + n))
         at += n
-    total = len(all_pieces)
-    counts, spm_on_span = [], []
     owner = []  # the part holding each piece (a lone leading "▁" is the first part's)
     for p0, p1 in all_pieces:
         k = [k for k, s in enumerate(parts) if s.source_span[0] <= p0 and p1 <= s.source_span[1]]
         assert k, "piece %r of the sentence is in no part (%r)" % ((p0, p1), [s.source_span for s in parts])
         owner.append(k[0])
-    for k, s in enumerate(parts):
-        counts.append(owner.count(k))
-        spm_on_span.append(len(sp.encode(s.source, out_type=str)))
+    return len(all_pieces), [owner.count(k) for k in range(len(parts))]
+
+
+def test_long_sentence_is_wrapped(zh, sp, verses):
+    sentence = _long_sentence(verses)
+    assert len(sentence) == 600
+    doc = zh.translate_text(sentence, beam_size=1, max_sentence_tokens=32, return_sentences=True)
+    parts = doc.sentences
+    total, counts = _piece_counts(sp, sentence, parts)
+    spm_on_span = [len(sp.encode(s.source, out_type=str)) for s in parts]
+    for s in parts:
         assert s.target.strip() and "\u2581" not in s.target, s
     report("text: a 600-character sentence (%d pieces), max_sentence_tokens=32 -> %d parts of "
            "%s pieces (python spm on each part's text: %s)"
            % (total, len(parts), counts, spm_on_span))
+    # 31 pieces + the end token per part, balanced.
     assert len(parts) >= math.ceil(total / 31) and len(parts) >= 3
     assert all(1 <= c <= 31 for c in counts), counts
+    assert min(counts) >= max(counts) // 2, counts
     assert sum(counts) == total  # the parts partition the sentence's pieces
-    assert all(n <= 31 for n in spm_on_span), spm_on_span
+    # Re-tokenizing a part's text alone can add one piece: a part that starts inside a word
+    # gets SentencePiece's dummy "▁" prefix as a piece of its own.
+    assert all(n <= 32 for n in spm_on_span), spm_on_span
+    # All parts belong to the text's one sentence.
+    assert [s.sentence_index for s in parts] == [0] * len(parts)
     # Parts of one sentence are joined like sentences ("," + space in English).
     ends = [s.source_span for s in parts]
     assert ends[0][0] == 0 and ends[-1][1] == len(sentence)
     assert all(x[1] == y[0] for x, y in zip(ends, ends[1:]))
+    # max_input_length bounds the parts like max_sentence_tokens: the same parts.
+    bounded = zh.translate_text(sentence, beam_size=1, max_input_length=32, return_sentences=True)
+    assert [s.source_span for s in bounded.sentences] == ends
+
+
+def test_wrapping_uses_the_fewest_parts(zh, sp, verses):
+    """k = ceil(n / max) parts of about n / k pieces: a cut chosen for a better place
+    (after punctuation rather than inside a word) must not cost extra parts later."""
+    sentence = _long_sentence(verses)
+    doc = zh.translate_text(sentence, beam_size=1, max_sentence_tokens=32, max_decoding_length=4,
+                            return_sentences=True)
+    total, counts = _piece_counts(sp, sentence, doc.sentences)
+    assert len(counts) == math.ceil(total / 31), (total, counts)
+
+
+def _sentence_of_pieces(sp, verses, low, high):
+    """A Chinese sentence without spaces whose python-sentencepiece encoding has between
+    `low` and `high` pieces."""
+    long = _long_sentence(verses, 2000)[:-1]
+    lo, hi = 1, len(long)
+    while lo < hi:  # the shortest prefix (+ "。") with at least `low` pieces
+        mid = (lo + hi) // 2
+        if len(sp.encode(long[:mid] + "。", out_type=str)) >= low:
+            hi = mid
+        else:
+            lo = mid + 1
+    sentence = long[:lo] + "。"
+    n = len(sp.encode(sentence, out_type=str))
+    assert low <= n <= high, (n, sentence)
+    return sentence, n
+
+
+def test_sentence_just_over_the_limit_is_halved(zh, sp, verses):
+    """A sentence of 129-135 pieces with the default settings (128 tokens, the end token
+    included): two parts of about half each, not 127 pieces and a tail of a few, whose
+    translation would be made up."""
+    sentence, n = _sentence_of_pieces(sp, verses, 129, 135)
+    doc = zh.translate_text(sentence, beam_size=1, return_sentences=True)
+    parts = doc.sentences
+    total, counts = _piece_counts(sp, sentence, parts)
+    report("text: a %d-piece sentence with the default max_sentence_tokens -> parts of %s pieces"
+           % (total, counts))
+    assert len(parts) == 2, counts
+    assert min(counts) >= 0.5 * max(counts), counts
+    assert all(c <= 127 for c in counts), counts
+    assert [s.sentence_index for s in parts] == [0, 0]
+    assert all(s.target.strip() for s in parts), parts
+    # 127 pieces fit in one part.
+    short, n = _sentence_of_pieces(sp, verses, 120, 127)
+    assert len(zh.translate_text(short, beam_size=1, max_decoding_length=8,
+                                 return_sentences=True).sentences) == 1, n
+
+
+def test_parts_name_their_sentence(zh, sp, verses):
+    """Sentence indices count the source sentences of each text: the parts of a wrapped
+    sentence share one, the others have their own, across lines too."""
+    long = _long_sentence(verses, 200)
+    text = "你好。" + long + "谢谢！\n\n我很好。"
+    doc = zh.translate_text(text, beam_size=1, max_sentence_tokens=24, max_decoding_length=48,
+                            return_sentences=True)
+    index = [s.sentence_index for s in doc.sentences]
+    n_long = index.count(1)
+    assert n_long >= 3 and index == [0] + [1] * n_long + [2, 3], index
+    whole = zh.translate_text(text, beam_size=1, max_decoding_length=8, max_sentence_tokens=512,
+                              return_sentences=True)
+    assert [s.sentence_index for s in whole.sentences] == [0, 1, 2, 3]
+    # Each sentence's parts cover exactly the unwrapped sentence.
+    for k, unwrapped in enumerate(whole.sentences):
+        mine = [s.source_span for s in doc.sentences if s.sentence_index == k]
+        assert mine[0][0] == unwrapped.source_span[0] and mine[-1][1] == unwrapped.source_span[1]
+    # Every text of a batch counts from 0.
+    docs = zh.translate_text(["你好。谢谢。", "我很好。"], beam_size=1, max_decoding_length=8,
+                             return_sentences=True)
+    assert [[s.sentence_index for s in d.sentences] for d in docs] == [[0, 1], [0]]
+
+
+@pytest.mark.parametrize("blank", ["\u200b", "\ufeff", "\u2060", "\u00a0", "\u3000",
+                                   "\u200b \u200b", " ", "\t", ""])
+def test_blank_gap_between_chinese_sentences(zh, blank):
+    """Between two Chinese sentences translated into English, a gap of invisible or wide
+    blanks becomes one space ("Hello. I love you."); ASCII spaces and tabs stay as they
+    are; no gap becomes one space."""
+    text = "你好。" + blank + "我爱你。"
+    doc = zh.translate_text(text, beam_size=1, return_sentences=True)
+    assert len(doc.sentences) == 2, doc
+    a, b = doc.sentences
+    gap = doc.text[a.target_span[1]:b.target_span[0]]
+    want = blank if blank in (" ", "\t") else " "
+    assert gap == want, (blank, doc.text)
+    assert all(c not in doc.text for c in "\u200b\ufeff\u2060\u00a0\u3000"), doc.text
+    assert doc.text == a.target + want + b.target
+    assert [s.sentence_index for s in doc.sentences] == [0, 1]
+
+
+@pytest.mark.parametrize("blank", ["\u200b", "\ufeff", "\u2060", "\u00a0", "\u3000", " ", ""])
+def test_line_break_gap_is_kept(zh, blank):
+    """A gap with a line break is kept exactly as it is, blanks around the break included;
+    nothing is translated from the blanks (an invisible character alone on a line is no
+    sentence), and sentence indices count the sentences there are."""
+    text = "你好。" + blank + "\n" + blank + "我爱你。"
+    doc = zh.translate_text(text, beam_size=1, return_sentences=True)
+    assert [s.source for s in doc.sentences] == ["你好。", "我爱你。"], (blank, doc)
+    a, b = doc.sentences
+    source_gap = text[a.source_span[1]:b.source_span[0]]
+    assert "\n" in source_gap and doc.text[a.target_span[1]:b.target_span[0]] == source_gap, \
+        (blank, source_gap, doc.text)
+    assert [s.sentence_index for s in doc.sentences] == [0, 1], (blank, doc)
+    # A text starting with such a line: its first sentence is sentence 0.
+    doc = zh.translate_text(blank + "\n你好。", beam_size=1, return_sentences=True)
+    assert [s.sentence_index for s in doc.sentences] == [0], (blank, doc)
 
 
 def test_sentence_spans_are_str_indices(tolk, zh):
@@ -457,20 +596,64 @@ def test_sentence_spans_are_str_indices(tolk, zh):
         length = ctypes.c_size_t()
         out = ctypes.string_at(lib.tolk_text_result_text(raw, 0, ctypes.byref(length)), length.value)
         for k in range(n):
-            v = [ctypes.c_size_t() for _ in range(4)]
-            score = ctypes.c_float(0.0)
-            assert lib.tolk_text_result_sentence(raw, 0, k, *map(ctypes.byref, v),
-                                                 ctypes.byref(score)) == 0
-            assert math.isnan(score.value)
-            sb, se, tb, te = (x.value for x in v)
+            info = lib.tolk_sentence_info_default()
+            info.score = 0.0
+            assert lib.tolk_text_result_sentence(raw, 0, k, ctypes.byref(info)) == 0
+            assert math.isnan(info.score)
+            sb, se, tb, te = info.source_begin, info.source_end, info.target_begin, info.target_end
             s = doc.sentences[k]
+            assert info.sentence == s.sentence_index == k
             assert data[sb:se].decode("utf-8") == s.source == text[slice(*s.source_span)]
             assert out[tb:te].decode("utf-8") == s.target == doc.text[slice(*s.target_span)]
             assert s.score is None
         assert out.decode("utf-8") == doc.text  # beam 1 both times: same text
-        assert lib.tolk_text_result_sentence(raw, 0, n, None, None, None, None, None) == \
+        info = lib.tolk_sentence_info_default()
+        assert lib.tolk_text_result_sentence(raw, 0, n, ctypes.byref(info)) == \
             tolk.Status.ERROR_OUT_OF_RANGE
+        assert lib.tolk_text_result_sentence(raw, 0, 0, None) == tolk.Status.ERROR_NULL_POINTER
         assert lib.tolk_text_result_text(raw, 1, None) is None
+    finally:
+        lib.tolk_text_result_free(raw)
+
+
+def test_sentence_info_struct_versions(tolk, zh):
+    """TolkSentenceInfo from an older header (a smaller struct_size at a field boundary)
+    gets only the fields that fit; the bytes after them and struct_size stay the
+    caller's. Sizes inside a field or below 4 are invalid arguments."""
+    lib = tolk._get_lib()
+    info_t = tolk.TolkSentenceInfo
+    assert lib.tolk_sentence_info_default().struct_size == ctypes.sizeof(info_t)
+    raw = tolk._TextResultP()
+    opts = lib.tolk_translate_options_default()
+    opts.beam_size = 1
+    opts.return_scores = True
+    opts.max_decoding_length = 16
+    assert lib.tolk_translate_text(zh._ptr, "你好。谢谢。".encode(), ctypes.byref(opts), None,
+                                   ctypes.byref(raw)) == 0
+    try:
+        full = lib.tolk_sentence_info_default()
+        assert lib.tolk_text_result_sentence(raw, 0, 1, ctypes.byref(full)) == 0
+        assert (full.source_begin, full.source_end, full.sentence) == (9, 18, 1)
+        assert math.isfinite(full.score) and full.score <= 0
+        names = [f[0] for f in info_t._fields_]
+        for k, name in enumerate(names):
+            size = ctypes.sizeof(info_t) if k + 1 == len(names) else getattr(info_t, names[k + 1]).offset
+            buf = (ctypes.c_ubyte * ctypes.sizeof(info_t))(*[0xA5] * ctypes.sizeof(info_t))
+            old = info_t.from_buffer(buf)
+            old.struct_size = size
+            assert lib.tolk_text_result_sentence(raw, 0, 1, ctypes.byref(old)) == 0, \
+                (size, tolk._last_error(lib))
+            assert old.struct_size == size
+            assert all(b == 0xA5 for b in bytes(buf)[size:]), (size, bytes(buf))
+            for field in names[1:k + 1]:
+                assert getattr(old, field) == getattr(full, field), (size, field)
+        for size in (0, 2, 3, 6, info_t.source_begin.offset + 4, ctypes.sizeof(info_t) - 1):
+            bad = lib.tolk_sentence_info_default()
+            bad.struct_size = size
+            bad.sentence = 77
+            assert lib.tolk_text_result_sentence(raw, 0, 1, ctypes.byref(bad)) == \
+                tolk.Status.ERROR_INVALID_ARGUMENT, size
+            assert bad.sentence == 77 and bad.struct_size == size
     finally:
         lib.tolk_text_result_free(raw)
 
@@ -539,7 +722,8 @@ def test_null_arguments(tolk, zh):
     assert lib.tolk_text_result_count(None) == 0
     assert lib.tolk_text_result_num_sentences(None, 0) == 0
     assert lib.tolk_text_result_text(None, 0, None) is None
-    assert lib.tolk_text_result_sentence(None, 0, 0, None, None, None, None, None) == \
+    info = lib.tolk_sentence_info_default()
+    assert lib.tolk_text_result_sentence(None, 0, 0, ctypes.byref(info)) == \
         tolk.Status.ERROR_NULL_POINTER
     lib.tolk_text_result_free(None)
 
@@ -664,18 +848,107 @@ def test_missing_tokenizer_path_is_io(tolk, tmp_path, zh_en_model):
             tolk.Translator(m, source_tokenizer=missing)
 
 
-@pytest.mark.parametrize("where", ["explicit", "package"])
-def test_corrupt_tokenizer_is_invalid_model(tolk, tmp_path, where):
+def _junk(path):
+    path.write_bytes(b"\x0a\xff\xff\xff\x0fthis is not a sentencepiece model" + os.urandom(64))
+    return path
+
+
+def test_corrupt_tokenizer_named_fails_the_load(tolk, tmp_path):
     d = _tiny_without_tokenizer(tmp_path)
-    bad = (d if where == "package" else tmp_path) / "sentencepiece.model"
-    bad.write_bytes(b"\x0a\xff\xff\xff\x0fthis is not a sentencepiece model" + os.urandom(64))
+    bad = _junk(tmp_path / "sentencepiece.model")
     with pytest.raises(tolk.TolkError) as ei:
-        if where == "package":
-            tolk.Model(str(d))
-        else:
-            tolk.Model(str(d), source_tokenizer=str(bad))
+        tolk.Model(str(d), source_tokenizer=str(bad))
     assert ei.value.status == tolk.Status.ERROR_INVALID_MODEL, ei.value
     assert "sentencepiece.model" in ei.value.message
+
+
+@pytest.mark.parametrize("name", ["sentencepiece.model", "spm.model", "vocab.xx.spm"])
+def test_corrupt_tokenizer_found_in_package_is_unsupported_text(tolk, tmp_path, name):
+    """A broken tokenizer file that the package happens to hold does not stop the model
+    from loading: tokens translate, text fails with TOLK_ERROR_UNSUPPORTED and the load
+    error (naming the file)."""
+    d = _tiny_without_tokenizer(tmp_path)
+    bad = _junk(d / name)
+    with tolk.Translator(str(d)) as tr:
+        assert tr.translate_batch([["a", "b"]], beam_size=1, max_decoding_length=4)[0].hypotheses
+        with pytest.raises(tolk.TolkError) as ei:
+            tr.translate_text("Hello.")
+        tr.model.close()
+    assert ei.value.status == tolk.Status.ERROR_UNSUPPORTED, ei.value
+    assert str(bad) in ei.value.message, ei.value.message
+    report("text: a junk %s in the package -> %s" % (name, ei.value))
+    # A named tokenizer replaces it.
+    spm_path = os.path.join(TINY_FIXTURE, "sentencepiece.model")
+    with tolk.Translator(str(d), source_tokenizer=spm_path) as tr:
+        assert tr.translate_text("Hello.", beam_size=1, max_decoding_length=4)
+        tr.model.close()
+
+
+def test_parent_directory_only_for_argos_packages(tolk, tmp_path):
+    """The parent of the model directory is searched only in the Argos layout: the model
+    directory is named "model", or the parent has metadata.json."""
+    spm_path = os.path.join(TINY_FIXTURE, "sentencepiece.model")
+    pkg = tmp_path / "pkg"
+    other = pkg / "weights"
+    other.mkdir(parents=True)
+    for name in TINY_MODEL_FILES:
+        shutil.copy(os.path.join(TINY_FIXTURE, name), other / name)
+    shutil.copy(spm_path, pkg / "sentencepiece.model")
+    with tolk.Translator(str(other)) as tr:  # not named "model", no metadata.json
+        with pytest.raises(tolk.TolkError) as ei:
+            tr.translate_text("Hello.")
+        tr.model.close()
+    assert ei.value.status == tolk.Status.ERROR_UNSUPPORTED, ei.value
+    (pkg / "metadata.json").write_text('{"package_version": "1.0"}')
+    with tolk.Translator(str(other)) as tr:
+        assert tr.translate_text("Hello.", beam_size=1, max_decoding_length=4)
+        tr.model.close()
+    # Named "model": the parent is searched without metadata.json.
+    (pkg / "metadata.json").unlink()
+    other.rename(pkg / "model")
+    with tolk.Translator(str(pkg / "model")) as tr:
+        assert tr.translate_text("Hello.", beam_size=1, max_decoding_length=4)
+        tr.model.close()
+
+
+def _vowelless_spm(spm, path):
+    """A SentencePiece model that knows every piece of the tiny fixture's vocabulary but
+    decodes the vowels to nothing (they are control symbols): a target tokenizer whose use
+    shows in the translation."""
+    lines = ["hello world how are you", "the quick brown fox jumps over the lazy dog",
+             "pack my box with five dozen liquor jugs", "zebra quilt vex jinx kept my box",
+             "say \u00e9 and \u00e9 again"] * 3
+    with open(path, "wb") as f:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines), model_writer=f, model_type="unigram", vocab_size=40,
+            hard_vocab_limit=False, character_coverage=1.0,
+            normalization_rule_name="identity", control_symbols=list("aeiou"),
+            user_defined_symbols=["\u2581\u00e9"], minloglevel=2)
+    return path
+
+
+def test_named_source_tokenizer_keeps_found_target(tolk, spm, tmp_path):
+    """Naming only the source tokenizer keeps the package's target.spm for decoding."""
+    fixture_spm = os.path.join(TINY_FIXTURE, "sentencepiece.model")
+    d = _tiny_without_tokenizer(tmp_path)
+    shutil.copy(fixture_spm, d / "source.spm")
+    target = _vowelless_spm(spm, d / "target.spm")
+    text = "Hello world. How are you?\nThe cat sat on the mat. We love to read."
+    kw = dict(beam_size=1, max_decoding_length=24)
+
+    def translate(path, **tokenizers):
+        with tolk.Translator(str(path), **tokenizers) as tr:
+            out = tr.translate_text(text, **kw)
+            tr.model.close()
+        return out
+
+    found = translate(d)  # source.spm + target.spm, both found
+    both = translate(d, source_tokenizer=fixture_spm, target_tokenizer=str(target))
+    source_only = translate(d, source_tokenizer=fixture_spm)
+    bare = translate(_tiny_without_tokenizer(tmp_path / "bare"), source_tokenizer=fixture_spm)
+    assert found == both == source_only, (found, both, source_only)
+    assert not any(c in found for c in "aeiou"), found
+    assert bare != found and any(c in bare for c in "aeiou"), bare  # the target.spm shows
 
 
 def test_explicit_tokenizers_from_another_package(tolk, models_root, zh_en_model):
