@@ -84,6 +84,10 @@ typedef enum TolkStatus {
    * An internal error (a bug): the library caught it and stays usable.
    */
   TOLK_ERROR_INTERNAL = 7,
+  /**
+   * The progress callback returned false: the call stopped, nothing was returned.
+   */
+  TOLK_ERROR_CANCELLED = 8,
 } TolkStatus;
 
 /**
@@ -193,6 +197,12 @@ typedef struct TolkTranslatorOptions {
 } TolkTranslatorOptions;
 
 /**
+ * See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
+ * false to stop.
+ */
+typedef bool (*TolkProgressCallback)(void *user_data, size_t done, size_t total);
+
+/**
  * Options of one translation call; defaults are CTranslate2's translate_batch defaults.
  * Always start from `tolk_translate_options_default()`.
  */
@@ -249,6 +259,16 @@ typedef struct TolkTranslateOptions {
    * Unit of max_batch_size: a TolkBatchType value (default TOLK_BATCH_EXAMPLES).
    */
   uint32_t batch_type;
+  /**
+   * Called on the calling thread after each batch with the number of sentences done and
+   * their total (text calls count sentences, and parts of wrapped ones); returning false
+   * stops the call with TOLK_ERROR_CANCELLED. NULL = none.
+   */
+  TolkProgressCallback progress;
+  /**
+   * Passed as is to `progress`.
+   */
+  void *progress_user_data;
 } TolkTranslateOptions;
 
 /**

@@ -15,6 +15,8 @@ pub enum ErrorKind {
     OutOfRange,
     /// A bug: a panic caught at the API boundary.
     Internal,
+    /// The caller's progress callback asked to stop.
+    Cancelled,
 }
 
 #[derive(Debug, Clone)]
@@ -41,6 +43,9 @@ impl Error {
     }
     pub fn out_of_range(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::OutOfRange, message)
+    }
+    pub fn cancelled(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Cancelled, message)
     }
 }
 

@@ -227,6 +227,18 @@ impl Translator {
         self.inner.translate_batch(source, target_prefix, options)
     }
 
+    /// [`Translator::translate_batch`] with `progress(done, total)` called after each batch;
+    /// returning `false` stops with an [`ErrorKind::Cancelled`] error.
+    pub fn translate_batch_with_progress(
+        &self,
+        source: &[Vec<String>],
+        target_prefix: Option<&[Vec<String>]>,
+        options: &TranslateOptions,
+        progress: &mut dyn FnMut(usize, usize) -> bool,
+    ) -> Result<Vec<TranslationResult>> {
+        self.inner.translate_batch_with_progress(source, target_prefix, options, progress)
+    }
+
     /// Translates texts (each one independently): sentences are split, tokenized, translated
     /// in one sorted batch and detokenized; line breaks and spacing between sentences are
     /// kept. Needs the model's tokenizer ([`Model::tokenizer`]).
@@ -235,6 +247,19 @@ impl Translator {
         texts: &[S],
         options: &TranslateOptions,
         text_options: &TextOptions,
+    ) -> Result<Vec<TextTranslation>> {
+        self.translate_text_with_progress(texts, options, text_options, &mut |_, _| true)
+    }
+
+    /// [`Translator::translate_text`] with `progress(done, total)` called after each batch
+    /// (counting sentences, and parts of wrapped ones, of all texts); returning `false`
+    /// stops with an [`ErrorKind::Cancelled`] error.
+    pub fn translate_text_with_progress<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &TranslateOptions,
+        text_options: &TextOptions,
+        progress: &mut dyn FnMut(usize, usize) -> bool,
     ) -> Result<Vec<TextTranslation>> {
         let tokenizer = self.tokenizer.as_deref().ok_or_else(|| {
             Error::unsupported(match &self.tokenizer_problem {
@@ -247,6 +272,6 @@ impl Translator {
                 ),
             })
         })?;
-        text::translate::translate_texts(&self.inner, tokenizer, texts, options, text_options)
+        text::translate::translate_texts(&self.inner, tokenizer, texts, options, text_options, progress)
     }
 }

@@ -129,6 +129,19 @@ impl Translator {
         target_prefix: Option<&[Vec<String>]>,
         options: &TranslateOptions,
     ) -> Result<Vec<TranslationResult>> {
+        self.translate_batch_with_progress(source, target_prefix, options, &mut |_, _| true)
+    }
+
+    /// [`Translator::translate_batch`] that calls `progress(done, total)` on the calling
+    /// thread after each batch (sentences translated so far, of all); `false` stops the
+    /// translation with a [`crate::ErrorKind::Cancelled`] error.
+    pub fn translate_batch_with_progress(
+        &self,
+        source: &[Vec<String>],
+        target_prefix: Option<&[Vec<String>]>,
+        options: &TranslateOptions,
+        progress: &mut dyn FnMut(usize, usize) -> bool,
+    ) -> Result<Vec<TranslationResult>> {
         options.validate()?;
         if let Some(p) = target_prefix {
             if p.len() != source.len() {
@@ -139,21 +152,10 @@ impl Translator {
                 )));
             }
         }
-        match &self.pool {
-            Some(pool) => pool.install(|| self.translate_all(source, target_prefix, options)),
-            None => self.translate_all(source, target_prefix, options),
-        }
-    }
-
-    fn translate_all(
-        &self,
-        source: &[Vec<String>],
-        target_prefix: Option<&[Vec<String>]>,
-        options: &TranslateOptions,
-    ) -> Result<Vec<TranslationResult>> {
         let empty: Vec<String> = Vec::new();
         let prefix_of = |i: usize| target_prefix.map(|p| &p[i]).unwrap_or(&empty);
         let mut results = vec![TranslationResult::default(); source.len()];
+        let mut done = 0;
         for batch in rebatch(source, options.max_batch_size, options.batch_type) {
             let mut to_run = Vec::with_capacity(batch.len());
             for &i in &batch {
@@ -162,14 +164,20 @@ impl Translator {
                     None => to_run.push(i),
                 }
             }
-            if to_run.is_empty() {
-                continue;
+            if !to_run.is_empty() {
+                let sources: Vec<&[String]> = to_run.iter().map(|&i| source[i].as_slice()).collect();
+                let prefixes: Vec<&[String]> = to_run.iter().map(|&i| prefix_of(i).as_slice()).collect();
+                let translated = match &self.pool {
+                    Some(pool) => pool.install(|| self.run_translation(&sources, &prefixes, options))?,
+                    None => self.run_translation(&sources, &prefixes, options)?,
+                };
+                for (i, r) in to_run.into_iter().zip(translated) {
+                    results[i] = r;
+                }
             }
-            let sources: Vec<&[String]> = to_run.iter().map(|&i| source[i].as_slice()).collect();
-            let prefixes: Vec<&[String]> = to_run.iter().map(|&i| prefix_of(i).as_slice()).collect();
-            let translated = self.run_translation(&sources, &prefixes, options)?;
-            for (i, r) in to_run.into_iter().zip(translated) {
-                results[i] = r;
+            done += batch.len();
+            if !progress(done, source.len()) {
+                return Err(Error::cancelled(format!("cancelled by the progress callback after {done} of {} sentences", source.len())));
             }
         }
         Ok(results)

@@ -2,7 +2,7 @@
 //! through a status code plus a thread-local message (`tolk_last_error`).
 //! `include/tolk.h` is generated from this file by cbindgen (see build.rs).
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
@@ -32,6 +32,8 @@ pub enum TolkStatus {
     TolkErrorOutOfRange = 6,
     /// An internal error (a bug): the library caught it and stays usable.
     TolkErrorInternal = 7,
+    /// The progress callback returned false: the call stopped, nothing was returned.
+    TolkErrorCancelled = 8,
 }
 
 /// How `max_batch_size` is counted.
@@ -135,7 +137,17 @@ pub struct TolkTranslateOptions {
     pub max_batch_size: u32,
     /// Unit of max_batch_size: a TolkBatchType value (default TOLK_BATCH_EXAMPLES).
     pub batch_type: u32,
+    /// Called on the calling thread after each batch with the number of sentences done and
+    /// their total (text calls count sentences, and parts of wrapped ones); returning false
+    /// stops the call with TOLK_ERROR_CANCELLED. NULL = none.
+    pub progress: TolkProgressCallback,
+    /// Passed as is to `progress`.
+    pub progress_user_data: *mut c_void,
 }
+
+/// See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
+/// false to stop.
+pub type TolkProgressCallback = Option<unsafe extern "C" fn(user_data: *mut c_void, done: usize, total: usize) -> bool>;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -154,6 +166,7 @@ fn status_of(kind: ErrorKind) -> TolkStatus {
         ErrorKind::InvalidArgument => TolkStatus::TolkErrorInvalidArgument,
         ErrorKind::OutOfRange => TolkStatus::TolkErrorOutOfRange,
         ErrorKind::Internal => TolkStatus::TolkErrorInternal,
+        ErrorKind::Cancelled => TolkStatus::TolkErrorCancelled,
     }
 }
 
@@ -245,7 +258,8 @@ versioned!(TolkModelOptions { struct_size, compute_type, source_tokenizer, targe
 versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_threads });
 versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
-    max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type
+    max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
+    progress_user_data
 });
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
@@ -321,7 +335,7 @@ pub extern "C" fn tolk_last_error() -> *const c_char {
 /// "unknown status", so a value read from elsewhere is safe to pass).
 #[no_mangle]
 pub extern "C" fn tolk_status_string(status: c_int) -> *const c_char {
-    const NAMES: [(TolkStatus, &CStr); 8] = [
+    const NAMES: [(TolkStatus, &CStr); 9] = [
         (TolkStatus::TolkOk, c"ok"),
         (TolkStatus::TolkErrorNullPointer, c"null pointer"),
         (TolkStatus::TolkErrorInvalidArgument, c"invalid argument"),
@@ -330,6 +344,7 @@ pub extern "C" fn tolk_status_string(status: c_int) -> *const c_char {
         (TolkStatus::TolkErrorUnsupported, c"unsupported"),
         (TolkStatus::TolkErrorOutOfRange, c"out of range"),
         (TolkStatus::TolkErrorInternal, c"internal error"),
+        (TolkStatus::TolkErrorCancelled, c"cancelled"),
     ];
     NAMES.iter().find(|(s, _)| *s as c_int == status).map_or(c"unknown status", |(_, name)| name).as_ptr()
 }
@@ -485,32 +500,49 @@ pub extern "C" fn tolk_translate_options_default() -> TolkTranslateOptions {
         disable_unk: d.disable_unk,
         max_batch_size: d.max_batch_size as u32,
         batch_type: TolkBatchType::TolkBatchExamples as u32,
+        progress: None,
+        progress_user_data: ptr::null_mut(),
     }
 }
 
-/// The options a caller passed (NULL = defaults), converted.
-unsafe fn read_translate_options(options: *const TolkTranslateOptions) -> Result<TranslateOptions, Error> {
-        let defaults = tolk_translate_options_default();
-        let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
-        let batch_type = match o.batch_type {
-            0 => BatchType::Examples,
-            1 => BatchType::Tokens,
-            other => return Err(Error::invalid_argument(format!("unknown batch_type {other}"))),
-        };
-        Ok(TranslateOptions {
-            beam_size: o.beam_size as usize,
-            patience: o.patience,
-            length_penalty: o.length_penalty,
-            num_hypotheses: o.num_hypotheses as usize,
-            return_scores: o.return_scores,
-            max_input_length: o.max_input_length as usize,
-            max_decoding_length: o.max_decoding_length as usize,
-            min_decoding_length: o.min_decoding_length as usize,
-            end_token: opt_str(o.end_token, "end_token")?.map(str::to_string),
-            disable_unk: o.disable_unk,
-            max_batch_size: o.max_batch_size as usize,
-            batch_type,
-        })
+/// A caller's progress callback.
+struct Progress {
+    callback: TolkProgressCallback,
+    user_data: *mut c_void,
+}
+
+impl Progress {
+    fn report(&self, done: usize, total: usize) -> bool {
+        // SAFETY: the caller vouches for its callback and user data (TolkTranslateOptions).
+        self.callback.is_none_or(|f| unsafe { f(self.user_data, done, total) })
+    }
+}
+
+/// The options a caller passed (NULL = defaults), converted, and its progress callback.
+unsafe fn read_translate_options(options: *const TolkTranslateOptions) -> Result<(TranslateOptions, Progress), Error> {
+    let defaults = tolk_translate_options_default();
+    let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
+    let progress = Progress { callback: o.progress, user_data: o.progress_user_data };
+    let batch_type = match o.batch_type {
+        0 => BatchType::Examples,
+        1 => BatchType::Tokens,
+        other => return Err(Error::invalid_argument(format!("unknown batch_type {other}"))),
+    };
+    let options = TranslateOptions {
+        beam_size: o.beam_size as usize,
+        patience: o.patience,
+        length_penalty: o.length_penalty,
+        num_hypotheses: o.num_hypotheses as usize,
+        return_scores: o.return_scores,
+        max_input_length: o.max_input_length as usize,
+        max_decoding_length: o.max_decoding_length as usize,
+        min_decoding_length: o.min_decoding_length as usize,
+        end_token: opt_str(o.end_token, "end_token")?.map(str::to_string),
+        disable_unk: o.disable_unk,
+        max_batch_size: o.max_batch_size as usize,
+        batch_type,
+    };
+    Ok((options, progress))
 }
 
 /// Reads `count` token arrays from C.
@@ -574,14 +606,16 @@ pub unsafe extern "C" fn tolk_translate_batch(
         let out = non_null(out_result as *const *mut TolkResult, "out_result")? as *mut *mut TolkResult;
         *out = ptr::null_mut();
         let translator = &*non_null(translator, "translator")?;
-        let opts = read_translate_options(options)?;
+        let (opts, progress) = read_translate_options(options)?;
         let source = read_token_batch(source, source_lengths, batch_size, "source", "source_lengths")?;
         let prefix = if target_prefix.is_null() {
             None
         } else {
             Some(read_token_batch(target_prefix, target_prefix_lengths, batch_size, "target_prefix", "target_prefix_lengths")?)
         };
-        let results = translator.translator.translate_batch(&source, prefix.as_deref(), &opts)?;
+        let results = translator.translator.translate_batch_with_progress(&source, prefix.as_deref(), &opts, &mut |done, total| {
+            progress.report(done, total)
+        })?;
         let examples = results
             .into_iter()
             .map(|r| {

@@ -203,9 +203,11 @@ unsafe fn translate(
     let out = non_null(out_result as *const *mut TolkTextResult, "out_result")? as *mut *mut TolkTextResult;
     *out = ptr::null_mut();
     let translator = &*non_null(translator, "translator")?;
-    let options = read_translate_options(options)?;
+    let (options, progress) = read_translate_options(options)?;
     let text_options = read_text_options(text_options)?;
-    let translated = translator.translator.translate_text(texts, &options, &text_options)?;
+    let translated = translator.translator.translate_text_with_progress(texts, &options, &text_options, &mut |done, total| {
+        progress.report(done, total)
+    })?;
     *out = Box::into_raw(Box::new(TolkTextResult::new(translated)));
     Ok(())
 }

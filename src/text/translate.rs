@@ -60,13 +60,15 @@ struct Unit {
     pieces: Vec<String>,
 }
 
-/// Translates `texts` (each one independent) with `translator` and `tokenizer`.
+/// Translates `texts` (each one independent) with `translator` and `tokenizer`, calling
+/// `progress(done, total)` (in units) after each batch.
 pub fn translate_texts<S: AsRef<str>>(
     translator: &Translator,
     tokenizer: &Tokenizer,
     texts: &[S],
     options: &TranslateOptions,
     text_options: &TextOptions,
+    progress: &mut dyn FnMut(usize, usize) -> bool,
 ) -> Result<Vec<TextTranslation>> {
     if options.num_hypotheses != 1 {
         return Err(Error::invalid_argument("text translation returns one translation per text: num_hypotheses must be 1"));
@@ -82,7 +84,7 @@ pub fn translate_texts<S: AsRef<str>>(
         options.batch_type = BatchType::Examples;
     }
     let sources: Vec<Vec<String>> = units.iter_mut().map(|u| std::mem::take(&mut u.pieces)).collect();
-    let results = translator.translate_batch(&sources, None, &options)?;
+    let results = translator.translate_batch_with_progress(&sources, None, &options, progress)?;
     let translations = results.into_iter().map(|r| {
         let text = tokenizer.decode(r.hypotheses.first().map(Vec::as_slice).unwrap_or(&[]));
         (text.trim().to_string(), r.scores.first().copied())
