@@ -262,3 +262,32 @@ fn long_beam_searches_keep_memory_bounded() {
     let out = t.translate_batch(&src, None, &opts).unwrap();
     assert!(out.iter().all(|r| r.hypotheses[0].len() == 250));
 }
+
+#[test]
+fn progress_is_reported_per_batch_on_the_calling_thread_and_can_cancel() {
+    let dir = write_model_dir(&temp_dir("progress"), &tiny_model_bin(2, VOCAB), &tiny_vocabulary(VOCAB));
+    let model = load(&dir).unwrap();
+    let config = TranslatorConfig { intra_threads: 2, ..Default::default() };
+    let t = Translator::with_config(&model, &config).unwrap();
+    let src: Vec<Vec<String>> = (0..10).map(|i| (0..1 + i % 4).map(|j| format!("w{}", 3 + j)).collect()).collect();
+    let opts = TranslateOptions { max_batch_size: 4, max_decoding_length: 8, ..Default::default() };
+    let caller = std::thread::current().id();
+    let mut calls = Vec::new();
+    let with = t
+        .translate_batch_with_progress(&src, None, &opts, &mut |done, total| {
+            assert_eq!(std::thread::current().id(), caller, "progress runs on the calling thread");
+            calls.push((done, total));
+            true
+        })
+        .unwrap();
+    assert_eq!(calls, vec![(4, 10), (8, 10), (10, 10)]);
+    assert_eq!(with, t.translate_batch(&src, None, &opts).unwrap(), "a callback changes nothing");
+    let mut seen = 0;
+    let err = t
+        .translate_batch_with_progress(&src, None, &opts, &mut |_, _| {
+            seen += 1;
+            false
+        })
+        .unwrap_err();
+    assert_eq!((err.kind, seen), (tolk::ErrorKind::Cancelled, 1), "{err}");
+}
