@@ -12,7 +12,9 @@
  * With --tokens, input lines are space-separated tokens (e.g. SentencePiece pieces) and
  * output lines are space-separated target tokens; an empty line is an empty sentence.
  * All of stdin is translated in one call: the library sorts by length and splits into
- * batches of --max-batch-size itself.
+ * batches of --max-batch-size itself. With --progress, the library's progress callback
+ * prints "DONE/TOTAL" to stderr after each batch (sentences, and parts of wrapped ones, in
+ * text mode; input lines with --tokens).
  *
  * Exit status: 0 on success, 1 when the library reports an error, 2 on bad usage.
  */
@@ -51,6 +53,7 @@ static void usage(FILE *out) {
             "  --length-penalty F       scores are divided by length^F (default 1)\n"
             "  --scores                 prefix each line with its score and \" ||| \"\n"
             "                           (text mode: the sentence scores, comma-separated)\n"
+            "  --progress               print \"DONE/TOTAL\" sentences to stderr after each batch\n"
             "  --verbose                print the library version and CPU kernel path\n"
             "  --help                   show this help\n");
 }
@@ -58,7 +61,7 @@ static void usage(FILE *out) {
 /* Settings from the command line. */
 typedef struct {
     const char *model_dir;
-    bool tokens_mode, scores, verbose;
+    bool tokens_mode, scores, verbose, progress;
     TolkModelOptions model;
     TolkTranslatorOptions translator;
     TolkTranslateOptions translate;
@@ -95,6 +98,10 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         }
         if (!strcmp(a, "--verbose")) {
             cli->verbose = true;
+            continue;
+        }
+        if (!strcmp(a, "--progress")) {
+            cli->progress = true;
             continue;
         }
         /* Every other option takes a value. */
@@ -161,6 +168,15 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         return 2;
     }
     return -1;
+}
+
+/* --progress: the library calls this on the translating thread (here the main one) after
+ * each batch; returning false would cancel the translation (TOLK_ERROR_CANCELLED). */
+static bool print_progress(void *user_data, size_t done, size_t total) {
+    FILE *out = user_data;
+    fprintf(out, "%zu/%zu\n", done, total);
+    fflush(out);
+    return true;
 }
 
 /* The input: every line of stdin split into tokens, which point into the line buffers.
@@ -318,6 +334,10 @@ int main(int argc, char **argv) {
     int status = parse_args(argc, argv, &cli);
     if (status >= 0) return status;
     cli.translate.return_scores = cli.scores;
+    if (cli.progress) {
+        cli.translate.progress = print_progress;
+        cli.translate.progress_user_data = stderr;
+    }
     if (cli.verbose)
         fprintf(stderr, "tolk %s (ABI %u), CPU kernels: %s\n", tolk_version(), tolk_abi_version(), tolk_cpu_isa());
 

@@ -1,7 +1,8 @@
 /*
  * C API contract tests: the happy path, NULL pointers, bad options, load errors, out of
- * range reads, ABI versioning of the options structs, object lifetimes and concurrent use
- * of one translator. Built against include/tolk.h and run by tests/ffi.rs (also under
+ * range reads, ABI versioning of the options structs, object lifetimes, concurrent use
+ * of one translator, and the progress callback (reports, cancellation, old struct sizes,
+ * threads). Built against include/tolk.h and run by tests/ffi.rs (also under
  * valgrind when it is installed, so every path must free what it allocates).
  *
  *   api_test MODEL_DIR      (MODEL_DIR: ffi-tests/fixtures/tiny)
@@ -53,7 +54,8 @@ static void test_versions(void) {
     const char *isa = tolk_cpu_isa();
     CHECK(!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avxvnni") || !strcmp(isa, "avx512bw") || !strcmp(isa, "avx512vnni"));
     CHECK(strcmp(tolk_status_string(TOLK_OK), "ok") == 0);
-    for (int s = TOLK_OK; s <= TOLK_ERROR_INTERNAL; s++) CHECK(strlen(tolk_status_string(s)) > 0);
+    for (int s = TOLK_OK; s <= TOLK_ERROR_CANCELLED; s++) CHECK(strlen(tolk_status_string(s)) > 0);
+    CHECK(TOLK_ERROR_CANCELLED == 8 && strcmp(tolk_status_string(TOLK_ERROR_CANCELLED), "cancelled") == 0);
     CHECK(strcmp(tolk_status_string(-1), "unknown status") == 0); /* any int is safe */
     CHECK(strcmp(tolk_status_string(1000), "unknown status") == 0);
 }
@@ -468,6 +470,199 @@ static void test_threads(uint32_t intra_threads) {
     tolk_translator_free(translator);
 }
 
+/* What a progress callback saw: every call is checked against the contract (on the thread
+ * that made the translation call, done non-decreasing and at most total, total fixed). */
+#define MAX_CALLS 64
+typedef struct {
+    pthread_t thread;   /* the calling thread */
+    size_t cancel_at;   /* return false on this call (1 = the first); 0 = never */
+    size_t calls;
+    size_t done[MAX_CALLS];
+    size_t total;
+    int violations;     /* wrong thread, done decreasing or past total, total changing */
+} ProgressLog;
+
+static ProgressLog progress_log(size_t cancel_at) {
+    ProgressLog log;
+    memset(&log, 0, sizeof log);
+    log.thread = pthread_self();
+    log.cancel_at = cancel_at;
+    return log;
+}
+
+static bool on_progress(void *user_data, size_t done, size_t total) {
+    ProgressLog *log = user_data;
+    if (!pthread_equal(pthread_self(), log->thread)) log->violations++;
+    if (done > total || (log->calls > 0 && (done < log->done[(log->calls - 1) % MAX_CALLS] || total != log->total)))
+        log->violations++;
+    log->done[log->calls % MAX_CALLS] = done;
+    log->total = total;
+    log->calls++;
+    return log->cancel_at == 0 || log->calls < log->cancel_at;
+}
+
+static TolkTranslateOptions progress_options(ProgressLog *log, uint32_t max_batch_size) {
+    TolkTranslateOptions o = tolk_translate_options_default();
+    o.beam_size = 1;
+    o.max_decoding_length = 12;
+    o.return_scores = true;
+    o.max_batch_size = max_batch_size;
+    o.progress = on_progress;
+    o.progress_user_data = log;
+    return o;
+}
+
+/* BATCH three times over with its empty sentence: 12 sentences. */
+#define PBATCH_SIZE 12
+static const char *const *PBATCH[PBATCH_SIZE] = {S0, S1, S2, NULL, S2, S0, NULL, S1, S1, S0, S2, NULL};
+static const size_t PLENGTHS[PBATCH_SIZE] = {3, 3, 3, 0, 3, 3, 0, 3, 3, 3, 3, 0};
+
+/* Whether results a and b hold the same best hypotheses and scores. */
+static bool same_results(const TolkResult *a, const TolkResult *b, size_t n) {
+    if (a == NULL || b == NULL || tolk_result_batch_size(a) != n || tolk_result_batch_size(b) != n) return false;
+    for (size_t i = 0; i < n; i++) {
+        char x[4096], y[4096];
+        describe(a, i, 0, x, sizeof x);
+        describe(b, i, 0, y, sizeof y);
+        if (strcmp(x, y) != 0) return false;
+    }
+    return true;
+}
+
+/* The progress callback of tolk_translate_batch: one call per batch (empty sentences count),
+ * done reaching the number of sentences; results as without a callback; cancelling after any
+ * call returns TOLK_ERROR_CANCELLED and no result; a struct_size from before the callback
+ * ignores it; a size cutting the callback pointer is refused. */
+static void test_progress(TolkModel *model) {
+    TolkTranslator *translator = new_translator(model, 1);
+    TolkTranslateOptions plain = progress_options(NULL, 5);
+    plain.progress = NULL;
+    TolkResult *want = NULL, *got = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &plain, &want), TOLK_OK);
+
+    /* Batches of 5 sentences: 5, 10, 12. */
+    ProgressLog log = progress_log(0);
+    TolkTranslateOptions o = progress_options(&log, 5);
+    CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &o, &got), TOLK_OK);
+    CHECK(log.violations == 0 && log.calls == 3 && log.total == PBATCH_SIZE);
+    CHECK(log.done[0] == 5 && log.done[1] == 10 && log.done[2] == PBATCH_SIZE);
+    CHECK(same_results(got, want, PBATCH_SIZE));
+    tolk_result_free(got);
+    got = NULL;
+
+    /* One batch (max_batch_size 0): one call; batches of tokens: done reaches the total. */
+    log = progress_log(0);
+    o = progress_options(&log, 0);
+    CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &o, &got), TOLK_OK);
+    CHECK(log.violations == 0 && log.calls == 1 && log.done[0] == PBATCH_SIZE && log.total == PBATCH_SIZE);
+    tolk_result_free(got);
+    got = NULL;
+    log = progress_log(0);
+    o = progress_options(&log, 8);
+    o.batch_type = TOLK_BATCH_TOKENS;
+    CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &o, &got), TOLK_OK);
+    CHECK(log.violations == 0 && log.calls >= 2 && log.calls <= MAX_CALLS && log.total == PBATCH_SIZE);
+    CHECK(log.calls > 0 && log.done[(log.calls - 1) % MAX_CALLS] == PBATCH_SIZE);
+    tolk_result_free(got);
+    got = NULL;
+
+    /* A target prefix changes nothing to the counting. */
+    const char *p0[] = {"q"};
+    const char *const *prefix[PBATCH_SIZE] = {p0};
+    size_t prefix_lengths[PBATCH_SIZE] = {1};
+    log = progress_log(0);
+    o = progress_options(&log, 4);
+    CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, prefix, prefix_lengths, &o, &got), TOLK_OK);
+    CHECK(log.violations == 0 && log.calls == 3 && log.done[2] == PBATCH_SIZE);
+    tolk_result_free(got);
+    got = NULL;
+
+    /* No sentences: no call. */
+    log = progress_log(0);
+    o = progress_options(&log, 2);
+    CHECK_STATUS(tolk_translate_batch(translator, NULL, NULL, 0, NULL, NULL, &o, &got), TOLK_OK);
+    CHECK(log.calls == 0 && got != NULL && tolk_result_batch_size(got) == 0);
+    tolk_result_free(got);
+
+    /* Cancelled after the first, the second and the last batch. */
+    for (size_t cancel_at = 1; cancel_at <= 3; cancel_at++) {
+        log = progress_log(cancel_at);
+        o = progress_options(&log, 5);
+        got = (TolkResult *)&got; /* garbage the call must reset */
+        CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &o, &got),
+                     TOLK_ERROR_CANCELLED);
+        CHECK(got == NULL);
+        CHECK(log.violations == 0 && log.calls == cancel_at);
+        CHECK(strstr(tolk_last_error(), "cancel") != NULL);
+    }
+    /* The translator works on after a cancelled call. */
+    got = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &plain, &got), TOLK_OK);
+    CHECK(same_results(got, want, PBATCH_SIZE));
+    tolk_result_free(got);
+    got = NULL;
+
+    /* A caller built before the callback: its struct ends before `progress`, whatever lies
+     * beyond (here a callback that would cancel) is ignored. */
+    log = progress_log(1);
+    o = progress_options(&log, 5);
+    o.struct_size = (uint32_t)offsetof(TolkTranslateOptions, progress);
+    CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &o, &got), TOLK_OK);
+    CHECK(log.calls == 0 && same_results(got, want, PBATCH_SIZE));
+    tolk_result_free(got);
+    got = NULL;
+    /* A size ending inside the callback pointer is no version of the struct. */
+    o.struct_size = (uint32_t)offsetof(TolkTranslateOptions, progress) + 4;
+    CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &o, &got),
+                 TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(got == NULL && log.calls == 0);
+    tolk_result_free(want);
+    tolk_translator_free(translator);
+}
+
+typedef struct {
+    const TolkTranslator *translator;
+    ProgressLog log;
+    TolkStatus status;
+    size_t cancel_at;
+} ProgressJob;
+
+static void *progress_thread(void *arg) {
+    ProgressJob *job = arg;
+    job->log = progress_log(job->cancel_at); /* this thread */
+    TolkTranslateOptions o = progress_options(&job->log, 3);
+    TolkResult *r = NULL;
+    job->status = tolk_translate_batch(job->translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &o, &r);
+    tolk_result_free(r);
+    return NULL;
+}
+
+/* Threads sharing a translator: each one's callback runs on that thread, with its data;
+ * one cancelling does not stop the others. */
+static void test_progress_threads(TolkModel *model) {
+    TolkTranslator *translator = new_translator(model, 2);
+    if (translator == NULL) return;
+    static ProgressJob jobs[4];
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) {
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].translator = translator;
+        jobs[i].cancel_at = i == 3 ? 2 : 0;
+        CHECK(pthread_create(&threads[i], NULL, progress_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        ProgressLog *log = &jobs[i].log;
+        CHECK(log->violations == 0);
+        if (i < 3) {
+            CHECK(jobs[i].status == TOLK_OK && log->calls == 4 && log->done[3] == PBATCH_SIZE);
+        } else {
+            CHECK(jobs[i].status == TOLK_ERROR_CANCELLED && log->calls == 2);
+        }
+    }
+    tolk_translator_free(translator);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: api_test MODEL_DIR\n");
@@ -484,6 +679,8 @@ int main(int argc, char **argv) {
     test_bad_options(model);
     test_translate(model);
     test_struct_size_versioning(model);
+    test_progress(model);
+    test_progress_threads(model);
     tolk_model_free(model);
     test_lifetimes();
     test_model_options();

@@ -5,7 +5,8 @@
  * scores, the versioned TolkSentenceInfo (older struct sizes, bad sizes), the source
  * sentence of each part of a wrapped sentence, the split modes, NULL pointers and bad
  * arguments, out of range reads, packages without a tokenizer or with a missing or broken
- * one, a 1 MB text and one translator shared by several threads. Built against include/tolk.h and run by tests/ffi.rs (also under
+ * one, a 1 MB text, one translator shared by several threads, and the progress callback
+ * (sentences and parts counted, cancellation, old struct sizes). Built against include/tolk.h and run by tests/ffi.rs (also under
  * valgrind when it is installed, so every path must free what it allocates).
  *
  *   text_test MODEL_DIR      (MODEL_DIR: ffi-tests/fixtures/tiny, with its
@@ -904,8 +905,14 @@ static void test_tokenizers(const TolkTranslator *fixture) {
     rmdir(root);
 }
 
+typedef struct ProgressLog ProgressLog;
+static ProgressLog *new_progress_log(void);
+static bool on_progress(void *user_data, size_t done, size_t total);
+static bool progress_log_ends_at(const ProgressLog *log, size_t calls, size_t total);
+
 /* A big text: paragraphs of the test texts repeated up to `size` bytes (1 MB natively).
- * Checked like every other text, and every copy of a sentence has the same translation. */
+ * Checked like every other text, and every copy of a sentence has the same translation;
+ * the progress callback counts its batches of 32 sentences (the default of text mode). */
 static void test_huge(const TolkTranslator *t, size_t size) {
     const char *para = "Hello world. How are you?\r\n  The cat sat on the mat.  And the dog sat on the log!\n\n"
                        "\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x80\x82\xe4\xb8\x96\xe7\x95\x8c\xe3\x80\x82 Zebra quilt vex jinx.\n\t\n";
@@ -918,11 +925,15 @@ static void test_huge(const TolkTranslator *t, size_t size) {
     big[copies * plen] = '\0';
     TolkTranslateOptions o = quick_options(true);
     o.max_decoding_length = 4;
+    ProgressLog *log = new_progress_log();
+    o.progress = on_progress;
+    o.progress_user_data = log;
     TolkTextResult *r = NULL;
     CHECK_STATUS(tolk_translate_text(t, big, &o, NULL, &r), TOLK_OK);
     if (r != NULL) {
         size_t n = check_text(r, 0, big, copies * plen, true);
         CHECK_MSG(n == copies * per_para, "%zu sentences in %zu paragraphs", n, copies);
+        CHECK_MSG(progress_log_ends_at(log, (n + 31) / 32, n), "progress of %zu sentences in batches of 32", n);
         const char *text = tolk_text_result_text(r, 0, NULL);
         size_t mismatches = 0;
         for (size_t s = per_para; s < n; s++) {
@@ -936,6 +947,7 @@ static void test_huge(const TolkTranslator *t, size_t size) {
         CHECK_MSG(mismatches == 0, "%zu copies of sentences translated differently", mismatches);
     }
     tolk_text_result_free(r);
+    free(log);
     free(big);
 }
 
@@ -1004,6 +1016,163 @@ static void test_threads(const TolkTranslator *t) {
     for (size_t s = 0; s < NUM_TEXTS; s++) free(reference[s]);
 }
 
+/* What a progress callback saw: every call is checked against the contract (on the thread
+ * that made the translation call, done non-decreasing and at most total, total fixed). */
+#define MAX_CALLS 256
+struct ProgressLog {
+    pthread_t thread;
+    size_t cancel_at; /* return false on this call (1 = the first); 0 = never */
+    size_t calls;
+    size_t done[MAX_CALLS];
+    size_t total;
+    int violations;
+};
+
+static ProgressLog progress_log(size_t cancel_at) {
+    ProgressLog log;
+    memset(&log, 0, sizeof log);
+    log.thread = pthread_self();
+    log.cancel_at = cancel_at;
+    return log;
+}
+
+static bool on_progress(void *user_data, size_t done, size_t total) {
+    ProgressLog *log = user_data;
+    if (!pthread_equal(pthread_self(), log->thread)) log->violations++;
+    if (done > total || (log->calls > 0 && (done < log->done[(log->calls - 1) % MAX_CALLS] || total != log->total)))
+        log->violations++;
+    log->done[log->calls % MAX_CALLS] = done;
+    log->total = total;
+    log->calls++;
+    return log->cancel_at == 0 || log->calls < log->cancel_at;
+}
+
+static size_t last_done(const ProgressLog *log) {
+    return log->calls ? log->done[(log->calls - 1) % MAX_CALLS] : 0;
+}
+
+static ProgressLog *new_progress_log(void) {
+    ProgressLog *log = malloc(sizeof *log);
+    if (log) *log = progress_log(0);
+    return log;
+}
+
+/* Whether the log is clean and has `calls` calls, the last one `total` of `total`. */
+static bool progress_log_ends_at(const ProgressLog *log, size_t calls, size_t total) {
+    if (log == NULL) return false;
+    bool ok = log->violations == 0 && log->calls == calls && last_done(log) == total && log->total == total;
+    if (!ok)
+        fprintf(stderr, "  progress: %d violations, %zu calls (%zu expected), done %zu of %zu (%zu expected)\n",
+                log->violations, log->calls, calls, last_done(log), log->total, total);
+    return ok;
+}
+
+/* All parts (sentences, and parts of wrapped ones) of the texts of r. */
+static size_t total_parts(const TolkTextResult *r) {
+    size_t n = 0;
+    for (size_t i = 0; i < tolk_text_result_count(r); i++) n += tolk_text_result_num_sentences(r, i);
+    return n;
+}
+
+/* The progress callback of the text API: total = the parts of all texts (wrapped sentences
+ * count each part), done grows by at most max_batch_size per call up to it, on the calling
+ * thread; results as without a callback; blank texts make no call; cancelling returns
+ * TOLK_ERROR_CANCELLED and no result; an old struct size ignores the callback. */
+static void test_progress(const TolkTranslator *t) {
+    TolkTranslateOptions plain = quick_options(true);
+    plain.max_batch_size = 3;
+    TolkTextResult *want = NULL, *got = NULL;
+    CHECK_STATUS(tolk_translate_text_batch(t, TEXTS, NULL, NUM_TEXTS, &plain, NULL, &want), TOLK_OK);
+    if (want == NULL) return;
+    size_t parts = total_parts(want);
+    CHECK_MSG(parts == 11, "%zu sentences in TEXTS", parts);
+
+    ProgressLog log = progress_log(0);
+    TolkTranslateOptions o = plain;
+    o.progress = on_progress;
+    o.progress_user_data = &log;
+    CHECK_STATUS(tolk_translate_text_batch(t, TEXTS, NULL, NUM_TEXTS, &o, NULL, &got), TOLK_OK);
+    CHECK_MSG(log.violations == 0 && log.total == parts && log.calls == (parts + 2) / 3,
+              "%d violations, %zu calls, total %zu", log.violations, log.calls, log.total);
+    for (size_t c = 0; c < log.calls && c < MAX_CALLS; c++)
+        CHECK_MSG(log.done[c] == (3 * (c + 1) < parts ? 3 * (c + 1) : parts), "call %zu: done %zu", c, log.done[c]);
+    for (size_t i = 0; got && i < NUM_TEXTS; i++) CHECK_MSG(same_text(got, i, want, i), "text %zu", i);
+    tolk_text_result_free(got);
+    got = NULL;
+
+    /* Wrapped sentences: each part counts (default batching: one call here). */
+    const char *lng = "The cat sat on the mat and the dog sat on the log and we love to read small texts. Zebra.";
+    TolkTextOptions to = tolk_text_options_default();
+    to.max_sentence_tokens = 6;
+    log = progress_log(0);
+    o = quick_options(false);
+    o.progress = on_progress;
+    o.progress_user_data = &log;
+    CHECK_STATUS(tolk_translate_text(t, lng, &o, &to, &got), TOLK_OK);
+    size_t wrapped = got ? total_parts(got) : 0;
+    CHECK_MSG(wrapped >= 5 && log.violations == 0 && log.calls == 1 && last_done(&log) == wrapped && log.total == wrapped,
+              "%zu parts, %zu calls, done %zu of %zu", wrapped, log.calls, last_done(&log), log.total);
+    tolk_text_result_free(got);
+    got = NULL;
+    log = progress_log(0);
+    o.max_batch_size = 2;
+    CHECK_STATUS(tolk_translate_text(t, lng, &o, &to, &got), TOLK_OK);
+    CHECK_MSG(log.violations == 0 && log.calls == (wrapped + 1) / 2 && last_done(&log) == wrapped,
+              "%zu calls for %zu parts in batches of 2", log.calls, wrapped);
+    tolk_text_result_free(got);
+    got = NULL;
+    /* Batches of tokens. */
+    log = progress_log(0);
+    o.max_batch_size = 10;
+    o.batch_type = TOLK_BATCH_TOKENS;
+    CHECK_STATUS(tolk_translate_text(t, lng, &o, &to, &got), TOLK_OK);
+    CHECK_MSG(log.violations == 0 && log.calls >= 2 && last_done(&log) == wrapped && log.total == wrapped,
+              "%zu calls, done %zu of %zu", log.calls, last_done(&log), wrapped);
+    tolk_text_result_free(got);
+    got = NULL;
+
+    /* Texts without sentences: no call, an empty result per text. */
+    static const char *const BLANK[] = {"", "   \n\r\n\t  ", "\n"};
+    log = progress_log(0);
+    o = plain;
+    o.progress = on_progress;
+    o.progress_user_data = &log;
+    CHECK_STATUS(tolk_translate_text_batch(t, BLANK, NULL, 3, &o, NULL, &got), TOLK_OK);
+    CHECK(got != NULL && tolk_text_result_count(got) == 3 && log.calls == 0);
+    tolk_text_result_free(got);
+    got = NULL;
+    CHECK_STATUS(tolk_translate_text_batch(t, NULL, NULL, 0, &o, NULL, &got), TOLK_OK);
+    CHECK(got != NULL && log.calls == 0);
+    tolk_text_result_free(got);
+
+    /* Cancelled after the first, the second and the last call, batch and single text. */
+    size_t calls = (parts + 2) / 3;
+    size_t at[] = {1, 2, calls};
+    for (size_t k = 0; k < 3; k++) {
+        log = progress_log(at[k]);
+        got = (TolkTextResult *)&got; /* garbage the call must reset */
+        CHECK_STATUS(tolk_translate_text_batch(t, TEXTS, NULL, NUM_TEXTS, &o, NULL, &got), TOLK_ERROR_CANCELLED);
+        CHECK(got == NULL && log.violations == 0 && log.calls == at[k]);
+        CHECK(strstr(tolk_last_error(), "cancel") != NULL);
+    }
+    log = progress_log(1);
+    got = (TolkTextResult *)&got;
+    CHECK_STATUS(tolk_translate_text(t, TEXTS[1], &o, NULL, &got), TOLK_ERROR_CANCELLED);
+    CHECK(got == NULL && log.calls == 1);
+    CHECK(strstr(tolk_last_error(), "cancel") != NULL);
+
+    /* A caller built before the callback: a struct ending before `progress` ignores the
+     * (cancelling) callback beyond it. */
+    log = progress_log(1);
+    o.struct_size = (uint32_t)offsetof(TolkTranslateOptions, progress);
+    got = NULL;
+    CHECK_STATUS(tolk_translate_text_batch(t, TEXTS, NULL, NUM_TEXTS, &o, NULL, &got), TOLK_OK);
+    CHECK(log.calls == 0);
+    for (size_t i = 0; got && i < NUM_TEXTS; i++) CHECK_MSG(same_text(got, i, want, i), "old struct size: text %zu", i);
+    tolk_text_result_free(got);
+    tolk_text_result_free(want);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: text_test MODEL_DIR\n");
@@ -1026,6 +1195,7 @@ int main(int argc, char **argv) {
     test_tokenizers(t);
     test_huge(t, under_valgrind ? 64 * 1024 : 1024 * 1024);
     test_threads(t);
+    test_progress(t);
     tolk_translator_free(t);
     return finish("text_test");
 }

@@ -611,6 +611,155 @@ fn the_c_example_translates_text_lines() {
     let _ = std::fs::remove_dir_all(Path::new(bare).parent().unwrap());
 }
 
+/// The "DONE/TOTAL" lines `--progress` writes to stderr, checked: non-decreasing, one
+/// total, the last one complete.
+fn progress_lines(stderr: &str) -> Vec<(usize, usize)> {
+    let lines: Vec<(usize, usize)> = stderr
+        .lines()
+        .filter_map(|l| {
+            let (done, total) = l.split_once('/')?;
+            Some((done.parse().ok()?, total.parse().ok()?))
+        })
+        .collect();
+    for pair in lines.windows(2) {
+        assert!(pair[0].0 <= pair[1].0 && pair[0].1 == pair[1].1, "progress out of order: {lines:?}");
+    }
+    if let Some(&(done, total)) = lines.last() {
+        assert_eq!(done, total, "the last progress line is not complete: {lines:?}");
+    }
+    lines
+}
+
+/// tolk-translate --progress: "DONE/TOTAL" on stderr after each batch, counting input lines
+/// in token mode and translated parts (sentences, and parts of wrapped ones) in text mode;
+/// the output is the same as without it, and no input means no line.
+#[test]
+fn the_c_example_reports_progress() {
+    let binary = build_cli();
+    let model = fixture();
+    let model = model.to_str().unwrap();
+    let cli = |args: &[&str], stdin: &str| run_program(&binary, args, stdin);
+
+    // Token mode: 7 lines (one empty), batches of 3: 3, 6, 7.
+    let tokens = "a b c\nh e l l o\nz\n\nm n\nq r s t\nx\n";
+    let base = ["--model", model, "--tokens", "--beam", "1", "--max-decoding-length", "16", "--max-batch-size", "3"];
+    let (code, plain, stderr) = cli(&base, tokens);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(progress_lines(&stderr).is_empty(), "no --progress, no progress: {stderr}");
+    let (code, out, stderr) = cli(&[&base[..], &["--progress"]].concat(), tokens);
+    assert_eq!((code, out.as_str()), (Some(0), plain.as_str()), "{stderr}");
+    assert_eq!(progress_lines(&stderr), [(3, 7), (6, 7), (7, 7)], "{stderr}");
+    // Batches of tokens: done grows by whole sentences up to 7.
+    let (code, _, stderr) = cli(&[&base[..], &["--progress", "--batch-type", "tokens"]].concat(), tokens);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines = progress_lines(&stderr);
+    assert!(lines.len() >= 2 && lines.last() == Some(&(7, 7)), "{stderr}");
+    let (code, out, stderr) = cli(&[&base[..], &["--progress"]].concat(), "");
+    assert_eq!((code, out.as_str()), (Some(0), ""));
+    assert!(progress_lines(&stderr).is_empty(), "{stderr}");
+
+    // Text mode: the total is the number of translated parts, which --scores shows (one
+    // score per part); a long sentence wrapped at 6 tokens counts each part.
+    let input = "Hello world. How are you?\nThe cat sat on the mat.\n\n   \nZebra quilt vex jinx. We love to read.\n\
+                 The cat sat on the mat and the dog sat on the log and we love to read small texts.\n";
+    let base = ["--model", model, "--beam", "1", "--max-decoding-length", "16", "--max-sentence-tokens", "6"];
+    let (code, scored, stderr) = cli(&[&base[..], &["--scores"]].concat(), input);
+    assert_eq!(code, Some(0), "{stderr}");
+    let parts: usize = parse_text_score_lines(&scored).iter().map(|(scores, _)| scores.len()).sum();
+    assert!(parts > 8, "{scored}");
+    for batch in ["0", "1", "4"] {
+        let args = [&base[..], &["--scores", "--progress", "--max-batch-size", batch]].concat();
+        let (code, out, stderr) = cli(&args, input);
+        assert_eq!((code, out.as_str()), (Some(0), scored.as_str()), "--max-batch-size {batch}: {stderr}");
+        let lines = progress_lines(&stderr);
+        let step: usize = batch.parse().unwrap();
+        let want: Vec<(usize, usize)> = if step == 0 {
+            vec![(parts, parts)] // text mode's default batches of 32
+        } else {
+            (1..=parts.div_ceil(step)).map(|k| ((k * step).min(parts), parts)).collect()
+        };
+        assert_eq!(lines, want, "--max-batch-size {batch}: {stderr}");
+    }
+    // Blank lines only: nothing to translate, no progress.
+    let (code, out, stderr) = cli(&[&base[..], &["--progress"]].concat(), "\n  \n\n");
+    assert_eq!((code, out.as_str()), (Some(0), "\n  \n\n"), "{stderr}");
+    assert!(progress_lines(&stderr).is_empty(), "{stderr}");
+
+    if valgrind_available() {
+        run_under_valgrind(&binary, &[&base[..], &["--progress", "--max-batch-size", "3"]].concat(), input);
+    }
+}
+
+/// examples-c/desktop.c shows progress in its status bar (stderr) while the worker
+/// translates, and its Stop button (--cancel-after N: pressed once the status bar shows N
+/// sentences or more) ends the translation with TOLK_ERROR_CANCELLED, shown as "stopped",
+/// not as an error; Stop pressed too late changes nothing.
+#[test]
+fn the_desktop_example_shows_progress_and_stops() {
+    let desktop = examples().desktop.clone();
+    let model = fixture();
+    let model = model.to_str().unwrap();
+    // 7 sentences.
+    let input = "Hello world. How are you?\nThe cat sat on the mat.\n\nZebra quilt vex jinx. We love to read.\n\
+                 Pack my box. Say hello.\n";
+    let status_lines = |stderr: &str| -> Vec<(usize, usize)> {
+        stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("[status bar] translating... ")?.strip_suffix(" sentences")?.split_once('/'))
+            .map(|(d, t)| (d.parse().unwrap(), t.parse().unwrap()))
+            .collect()
+    };
+
+    let (code, full, stderr) = run_program(&desktop, &[model], input);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(full.contains("--- 7 aligned sentences ---"), "{full}");
+    let shown = status_lines(&stderr);
+    assert_eq!(shown.last(), Some(&(7, 7)), "the status bar ends at 7/7: {stderr}");
+    assert!(shown.windows(2).all(|p| p[0].0 < p[1].0 && p[1].1 == 7), "{stderr}");
+
+    // Batches of 2: the same translation, the status bar steps by 2 (the UI may skip steps).
+    let (code, out, stderr) = run_program(&desktop, &["--batch-size", "2", model], input);
+    assert_eq!((code, out.as_str()), (Some(0), full.as_str()), "{stderr}");
+    let shown = status_lines(&stderr);
+    assert_eq!(shown.last(), Some(&(7, 7)), "{stderr}");
+    assert!(shown.iter().all(|&(d, t)| t == 7 && (d % 2 == 0 || d == 7)), "{stderr}");
+
+    // Stop pressed: at the first step showing >= N the worker's callback says stop.
+    for (cancel_after, stopped_at) in [("0", 2), ("1", 2), ("3", 4), ("6", 6), ("7", 7)] {
+        let args = ["--batch-size", "2", "--cancel-after", cancel_after, model];
+        let (code, out, stderr) = run_program(&desktop, &args, input);
+        assert_eq!((code, out.as_str()), (Some(0), ""), "--cancel-after {cancel_after}: {stderr}");
+        // With 0 the UI may press Stop before the first step: the worker stops there anyway.
+        let pressed_early = cancel_after == "0" && stderr.contains("[Stop pressed at 0/0 sentences]");
+        assert!(
+            (pressed_early || stderr.contains(&format!("[Stop pressed at {stopped_at}/7 sentences]")))
+                && stderr.contains(&format!("[status bar] Translation stopped at {stopped_at}/7 sentences")),
+            "--cancel-after {cancel_after}: {stderr}"
+        );
+        assert!(!stderr.contains("error dialog"), "{stderr}");
+        let expected: Vec<(usize, usize)> = (2..=stopped_at).step_by(2).chain((stopped_at == 7).then_some(7)).map(|d| (d, 7)).collect();
+        assert_eq!(status_lines(&stderr), expected, "every step painted before Stop: {stderr}");
+    }
+    // Never reached: the whole translation.
+    let (code, out, stderr) = run_program(&desktop, &["--cancel-after", "8", "--batch-size", "2", model], input);
+    assert_eq!((code, out.as_str()), (Some(0), full.as_str()), "{stderr}");
+    assert!(!stderr.contains("Stop pressed"), "{stderr}");
+    // Nothing to translate: no progress, nothing to stop.
+    let (code, out, stderr) = run_program(&desktop, &["--cancel-after", "0", model], "\n \n");
+    assert_eq!((code, out.as_str()), (Some(0), "\n \n--- 0 aligned sentences ---\n"), "{stderr}");
+    assert!(status_lines(&stderr).is_empty(), "{stderr}");
+
+    for args in [&["--cancel-after", "x", model][..], &["--bogus", "1", model], &["--batch-size", "-1", model]] {
+        let (code, _, stderr) = run_program(&desktop, args, input);
+        assert!(code == Some(2) && stderr.contains(args[0]), "{args:?}: {code:?} {stderr}");
+    }
+
+    if valgrind_available() {
+        run_under_valgrind(&desktop, &["--batch-size", "2", "--cancel-after", "3", model], input);
+        run_under_valgrind(&desktop, &["--batch-size", "3", model], input);
+    }
+}
+
 /// examples-c/desktop.c: loads the model, translates stdin or a file on its worker thread and
 /// prints the translation (the CLI's, for the same lines) and the aligned sentence pairs,
 /// whose byte ranges cut the source and the translation into exactly those sentences (the

@@ -14,6 +14,16 @@ text in / text out translation with the SentencePiece model of the package::
         for s in doc.sentences:
             print(s.source_span, s.source, "->", s.target_span, s.target)
 
+Long translations report progress and can be stopped: ``progress(done, total)`` is
+called after each batch (on the calling thread); returning ``False`` cancels the call,
+which raises :class:`TolkCancelled`::
+
+    def progress(done, total):
+        print("translating... %d/%d sentences" % (done, total))
+        return not stop_requested  # False: stop
+
+    translator.translate_text(document, max_batch_size=8, progress=progress)
+
 Tokens in / tokens out works as in CTranslate2::
 
     with tolk.Model("models/zh-en-ct2") as model, \\
@@ -29,7 +39,8 @@ Every C object is released deterministically: use the context managers or
 ``close()``; ``__del__`` is a fallback.  A translator keeps its model alive on the
 C side, so closing the ``Model`` while translators still use it is safe.
 
-Errors raise :class:`TolkError` with the status code and ``tolk_last_error()``.
+Errors raise :class:`TolkError` with the status code and ``tolk_last_error()``
+(:class:`TolkCancelled`, a subclass, for a cancelled translation).
 """
 
 import ctypes
@@ -41,6 +52,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "TolkError",
+    "TolkCancelled",
     "Model",
     "Translator",
     "TranslationResult",
@@ -67,6 +79,7 @@ class Status:
     ERROR_UNSUPPORTED = 5
     ERROR_OUT_OF_RANGE = 6
     ERROR_INTERNAL = 7
+    ERROR_CANCELLED = 8
 
     NAMES = {
         0: "TOLK_OK",
@@ -77,6 +90,7 @@ class Status:
         5: "TOLK_ERROR_UNSUPPORTED",
         6: "TOLK_ERROR_OUT_OF_RANGE",
         7: "TOLK_ERROR_INTERNAL",
+        8: "TOLK_ERROR_CANCELLED",
     }
 
 
@@ -94,6 +108,11 @@ class TolkError(RuntimeError):
         self.message = message
         name = Status.NAMES.get(self.status, "status %d" % self.status)
         super().__init__("%s: %s" % (name, message) if message else name)
+
+
+class TolkCancelled(TolkError):
+    """The ``progress`` callable of a translation returned ``False``: the call stopped
+    (``TOLK_ERROR_CANCELLED``) and returned nothing."""
 
 
 # --------------------------------------------------------------------------- C types
@@ -120,6 +139,10 @@ class TolkTranslatorOptions(ctypes.Structure):
     ]
 
 
+# TolkProgressCallback: bool (*)(void *user_data, size_t done, size_t total).
+TolkProgressCallback = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
+
+
 class TolkTranslateOptions(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -135,6 +158,9 @@ class TolkTranslateOptions(ctypes.Structure):
         ("disable_unk", ctypes.c_bool),
         ("max_batch_size", ctypes.c_uint32),
         ("batch_type", ctypes.c_int),  # enum TolkBatchType
+        # Called on the calling thread after each batch; NULL = none.
+        ("progress", TolkProgressCallback),
+        ("progress_user_data", ctypes.c_void_p),
     ]
 
 
@@ -342,8 +368,58 @@ def _last_error(lib) -> str:
 
 
 def _check(lib, status: int):
+    if status == Status.ERROR_CANCELLED:
+        raise TolkCancelled(status, _last_error(lib))
     if status != Status.OK:
         raise TolkError(status, _last_error(lib))
+
+
+class _Progress:
+    """A Python ``progress(done, total)`` callable as the TolkProgressCallback of one call.
+
+    The callable's result: ``None`` or a true value goes on, a false value cancels. An
+    exception raised by the callable (KeyboardInterrupt included) never crosses into the
+    library: it is kept, the library is told to stop, and :meth:`reraise` raises it once
+    the call has returned."""
+
+    def __init__(self, fn):
+        if not callable(fn):
+            raise TypeError("progress must be a callable (done, total) -> bool, got %r" % type(fn).__name__)
+        self.fn = fn
+        self.error = None
+        # The ctypes thunk: alive as long as this object, which the caller keeps through
+        # the library call.
+        self.c_callback = TolkProgressCallback(self._call)
+
+    def _call(self, user_data, done, total):
+        if self.error is not None:
+            return False
+        try:
+            go_on = self.fn(done, total)
+            return go_on is None or bool(go_on)
+        except BaseException as e:  # noqa: B902 -- nothing may unwind into C
+            self.error = e
+            return False
+
+    def reraise(self):
+        """Raises the exception the callable raised, if any."""
+        error, self.error = self.error, None
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None  # no reference cycle through this frame
+
+
+def _set_progress(opts, progress, keep) -> Optional[_Progress]:
+    """Sets ``opts.progress`` for a Python callable (``None``: no callback)."""
+    if progress is None:
+        return None
+    wrapper = _Progress(progress)
+    keep.append(wrapper)
+    opts.progress = wrapper.c_callback
+    opts.progress_user_data = None
+    return wrapper
 
 
 def version() -> str:
@@ -678,9 +754,17 @@ class Translator:
         disable_unk: bool = False,
         max_batch_size: int = 0,
         batch_type: str = "examples",
+        progress=None,
     ) -> List[TranslationResult]:
         """Translate a batch of token lists; same arguments and defaults as
-        ``ctranslate2.Translator.translate_batch``."""
+        ``ctranslate2.Translator.translate_batch``.
+
+        ``progress``, if given, is called as ``progress(done, total)`` on this thread
+        after each batch of ``max_batch_size`` (``done`` sentences of ``total``
+        translated; ``done`` reaches ``total`` on a completed call, an empty batch makes
+        no call). Returning ``False`` stops the translation and raises
+        :class:`TolkCancelled`; ``None`` or ``True`` goes on. An exception raised by
+        ``progress`` stops the translation too and is raised from this call."""
         if self.closed:
             raise ValueError("the translator is closed")
         if batch_type not in BATCH_TYPES:
@@ -712,6 +796,7 @@ class Translator:
             max_batch_size=max_batch_size,
             batch_type=batch_type,
         )
+        reporter = _set_progress(opts, progress, keep)
         src_ptrs, src_lens = self._token_arrays(source, keep, allow_none=False)
         if target_prefix is None:
             tp_ptrs, tp_lens = None, None
@@ -729,6 +814,9 @@ class Translator:
             ctypes.byref(opts),
             ctypes.byref(out),
         )
+        if reporter is not None and reporter.error is not None:
+            self._lib.tolk_result_free(out)  # NULL after a cancel; no-op
+            reporter.reraise()
         _check(self._lib, status)
         try:
             return self._read_result(out, return_scores)
@@ -776,6 +864,7 @@ class Translator:
         split: str = "sentences",
         max_sentence_tokens: int = 128,
         return_sentences: bool = False,
+        progress=None,
     ):
         """Translate text (UTF-8 text in, text out) with the model's SentencePiece model.
 
@@ -798,6 +887,14 @@ class Translator:
         Texts may contain any character, NUL included (texts are passed with their
         byte lengths); a ``str`` that cannot be encoded as UTF-8 (lone surrogates)
         raises ``UnicodeEncodeError``.
+
+        ``progress``, if given, is called as ``progress(done, total)`` on this thread
+        after each batch, counting the sentences (and parts of wrapped sentences) of all
+        texts; ``done`` reaches ``total`` on a completed call, and texts without any
+        sentence make no call. Returning ``False`` stops the translation and raises
+        :class:`TolkCancelled`; ``None`` or ``True`` goes on. An exception raised by
+        ``progress`` (a ``KeyboardInterrupt`` too) stops the translation and is raised
+        from this call.
         """
         if self.closed:
             raise ValueError("the translator is closed")
@@ -834,6 +931,7 @@ class Translator:
             max_batch_size=max_batch_size,
             batch_type=batch_type,
         )
+        reporter = _set_progress(opts, progress, keep)
         text_opts = self._lib.tolk_text_options_default()
         text_opts.split_mode = SPLIT_MODES[split]
         text_opts.max_sentence_tokens = int(max_sentence_tokens)
@@ -853,6 +951,9 @@ class Translator:
             ctypes.byref(text_opts),
             ctypes.byref(out),
         )
+        if reporter is not None and reporter.error is not None:
+            self._lib.tolk_text_result_free(out)  # NULL after a cancel; no-op
+            reporter.reraise()
         _check(self._lib, status)
         try:
             results = self._read_text_result(out, texts, encoded, return_sentences, return_scores)

@@ -565,6 +565,164 @@ def test_last_error_is_thread_local(tolk, tmp_path):
     assert lib.tolk_last_error() == main_msg
 
 
+# ------------------------------------------------------------ progress / cancellation
+
+
+def test_progress_struct_fields(tolk):
+    """The binding's TolkTranslateOptions ends with the progress callback and its user
+    data, as the header's; the default has no callback."""
+    lib = tolk._get_lib()
+    o = lib.tolk_translate_options_default()
+    assert o.struct_size == ctypes.sizeof(tolk.TolkTranslateOptions)
+    names = [f[0] for f in tolk.TolkTranslateOptions._fields_]
+    assert names[-3:] == ["batch_type", "progress", "progress_user_data"]
+    assert not o.progress and o.progress_user_data is None
+    assert tolk.TolkTranslateOptions.progress.offset % ctypes.alignment(ctypes.c_void_p) == 0
+    assert tolk.status_string(tolk.Status.ERROR_CANCELLED) == "cancelled"
+    assert issubclass(tolk.TolkCancelled, tolk.TolkError)
+
+
+def test_progress_token_mode(tolk, random_models, tolk_translators):
+    """Batches of 4 over 11 sentences (one empty: it counts too): 4, 8, 11 of 11 on the
+    calling thread; the results are those without a callback. No sentences, no call."""
+    info = random_models[SINUSOID_MODEL]
+    sents = make_random_models.random_sentences(info, 11, seed=21)
+    tr = tolk_translators(SINUSOID_MODEL)
+    calls = []
+    got = tr.translate_batch(sents, beam_size=2, max_batch_size=4, return_scores=True,
+                             progress=lambda d, t: calls.append((d, t, threading.get_ident())))
+    assert [(d, t) for d, t, _ in calls] == [(4, 11), (8, 11), (11, 11)]
+    assert {th for _, _, th in calls} == {threading.get_ident()}
+    assert got == tr.translate_batch(sents, beam_size=2, max_batch_size=4, return_scores=True)
+    # One batch by default; batches of tokens grow done by whole sentences up to the total.
+    calls = []
+    tr.translate_batch(sents, beam_size=1, progress=lambda d, t: calls.append((d, t)))
+    assert calls == [(11, 11)]
+    calls = []
+    tr.translate_batch(sents, beam_size=1, max_batch_size=12, batch_type="tokens",
+                       progress=lambda d, t: calls.append((d, t)))
+    done = [d for d, _ in calls]
+    assert len(calls) > 1 and done[-1] == 11 and done == sorted(set(done)), calls
+    calls = []
+    assert tr.translate_batch([], progress=lambda d, t: calls.append((d, t))) == []
+    assert calls == []
+
+
+def test_progress_token_mode_cancel_and_exception(tolk, random_models, tolk_translators):
+    info = random_models[SINUSOID_MODEL]
+    sents = make_random_models.random_sentences(info, 12, seed=22)
+    tr = tolk_translators(SINUSOID_MODEL)
+    calls = []
+    with pytest.raises(tolk.TolkCancelled) as ei:
+        tr.translate_batch(sents, beam_size=1, max_batch_size=4,
+                           progress=lambda d, t: calls.append(d) or False)
+    assert calls == [4]
+    assert ei.value.status == tolk.Status.ERROR_CANCELLED and "cancel" in ei.value.message
+
+    calls = []
+
+    def fail(done, total):
+        calls.append(done)
+        if done == 8:
+            raise ZeroDivisionError("progress failed at %d" % done)
+        return True
+
+    with pytest.raises(ZeroDivisionError, match="at 8"):
+        tr.translate_batch(sents, beam_size=1, max_batch_size=4, progress=fail)
+    assert calls == [4, 8]
+    # The translator is fine afterwards, and the last error says what happened.
+    assert b"cancel" in tolk._get_lib().tolk_last_error()
+    assert tr.translate_batch(sents, beam_size=1, max_batch_size=4) == \
+        tr.translate_batch(sents, beam_size=1, max_batch_size=4, progress=lambda d, t: True)
+    with pytest.raises(TypeError):
+        tr.translate_batch(sents, progress="not callable")
+
+
+@pytest.mark.parametrize("intra_threads", [1, 3])
+def test_progress_callback_may_translate(tolk, random_models, intra_threads):
+    """The callback runs outside the library's thread pool and holds no lock: it may use
+    the same translator (nested calls, each with its own callback)."""
+    info = random_models[SINUSOID_MODEL]
+    sents = make_random_models.random_sentences(info, 9, seed=25)
+    with tolk.Model(info.path) as model, tolk.Translator(model, intra_threads=intra_threads) as tr:
+        alone = tr.translate_batch(sents[:2], beam_size=1)
+        nested = []
+
+        def translate_more(done, total):
+            nested.append(tr.translate_batch(sents[:2], beam_size=1, progress=lambda d, t: True))
+
+        got = tr.translate_batch(sents, beam_size=1, max_batch_size=3, progress=translate_more)
+        assert got == tr.translate_batch(sents, beam_size=1, max_batch_size=3)
+    assert nested == [alone] * 3
+
+
+def test_progress_old_struct_size_ignores_the_callback(tolk, random_models):
+    """A caller built against the header before the callback (struct_size ends at
+    batch_type) gets no call, even with a callback set beyond its size."""
+    info = random_models[SINUSOID_MODEL]
+    lib = tolk._get_lib()
+    calls = []
+    callback = tolk.TolkProgressCallback(lambda user, d, t: calls.append((d, t)) or False)
+    with tolk.Model(info.path) as model, tolk.Translator(model) as tr:
+        keep = []
+        sents = make_random_models.random_sentences(info, 6, seed=23)
+        src, lens = tr._token_arrays(sents, keep, allow_none=False)
+        results = []
+        for size in (tolk.TolkTranslateOptions.progress.offset, ctypes.sizeof(tolk.TolkTranslateOptions)):
+            o = lib.tolk_translate_options_default()
+            o.struct_size = size
+            o.beam_size = 1
+            o.max_batch_size = 2
+            o.progress = callback
+            res = tolk._ResultP()
+            results.append(lib.tolk_translate_batch(tr._ptr, src, lens, len(sents), None, None,
+                                                    ctypes.byref(o), ctypes.byref(res)))
+            if results[-1] == tolk.Status.OK:
+                assert lib.tolk_result_batch_size(res) == len(sents)
+            else:
+                assert not res, "a cancelled call returns no result"
+            lib.tolk_result_free(res)
+        assert results == [tolk.Status.OK, tolk.Status.ERROR_CANCELLED]
+        assert calls == [(2, 6)]
+
+
+def test_progress_user_data_and_threads(tolk, random_models):
+    """Each thread's calls come on that thread, with the user data it passed."""
+    info = random_models[SINUSOID_MODEL]
+    sents = make_random_models.random_sentences(info, 9, seed=24)
+    lib = tolk._get_lib()
+    seen = {}
+    lock = threading.Lock()
+
+    def record(user, done, total):
+        with lock:
+            seen.setdefault(user, []).append((done, total, threading.get_ident()))
+        return True
+
+    callback = tolk.TolkProgressCallback(record)
+    threads = {}
+    with tolk.Model(info.path) as model, tolk.Translator(model) as tr:
+        def work(i):
+            threads[i + 1] = threading.get_ident()
+            keep = []
+            src, lens = tr._token_arrays(sents, keep, allow_none=False)
+            o = lib.tolk_translate_options_default()
+            o.beam_size = 1
+            o.max_batch_size = 3
+            o.progress = callback
+            o.progress_user_data = i + 1
+            res = tolk._ResultP()
+            assert lib.tolk_translate_batch(tr._ptr, src, lens, len(sents), None, None,
+                                            ctypes.byref(o), ctypes.byref(res)) == tolk.Status.OK
+            lib.tolk_result_free(res)
+
+        _run_threads(work, 4)
+    assert sorted(seen) == [1, 2, 3, 4]
+    for user, calls in seen.items():
+        assert [(d, t) for d, t, _ in calls] == [(3, 9), (6, 9), (9, 9)]
+        assert {th for _, _, th in calls} == {threads[user]}
+
+
 # ------------------------------------------------------------------ the example
 
 

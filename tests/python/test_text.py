@@ -17,6 +17,9 @@ models README gives for that model (its ``sentencepiece.model`` is source-only):
   TolkSentenceInfo, and tokenizer discovery (Argos parent directory, broken files found in
   a package, a found target.spm kept beside a named source tokenizer) / explicit
   tokenizer paths.
+- The progress callback: sentences done after each batch on the calling thread, up to
+  their total; cancelling raises TolkCancelled; an exception in the callback propagates;
+  translations are the same with and without a callback.
 
 Environment: TOLK_MODELS (folder with zh-en-ct2/ and en-pt-bergamot/), TOLK_DATA (folder
 with dev-matthew.zh); how many verses each comparison uses: TOLK_TEXT_LINES (greedy
@@ -31,6 +34,7 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
 
 import pytest
@@ -965,3 +969,135 @@ def test_explicit_tokenizers_from_another_package(tolk, models_root, zh_en_model
     assert isinstance(doc.text, str) and doc.text.count("\n") == 1
     assert len(doc.sentences) == 3
     report("text: zh-en with the en-pt vocabulary: %r" % doc.text)
+
+
+# ------------------------------------------------------------ progress / cancellation
+
+
+def _recorder():
+    """A progress callable recording (done, total, thread id) and going on."""
+    calls = []
+
+    def progress(done, total):
+        calls.append((done, total, threading.get_ident()))
+
+    return calls, progress
+
+
+def test_progress_counts_sentences_by_batch(zh, verses):
+    """20 verses, split="lines", batches of 4: called with 4, 8, ..., 20 of 20, on the
+    calling thread, and the translation is the one without a callback."""
+    subset = verses[:20]
+    calls, progress = _recorder()
+    docs = zh.translate_text(subset, beam_size=1, split="lines", max_batch_size=4,
+                             return_sentences=True, progress=progress)
+    assert sum(len(d.sentences) for d in docs) == 20  # no verse is wrapped
+    assert [(d, t) for d, t, _ in calls] == [(4 * k, 20) for k in range(1, 6)]
+    assert {th for _, _, th in calls} == {threading.get_ident()}
+    plain = zh.translate_text(subset, beam_size=1, split="lines", max_batch_size=4,
+                              return_sentences=True)
+    assert docs == plain
+    # A callback returning True goes on too; one text (a str) is the batch of one.
+    text = "\n".join(subset[:6])
+    calls = []
+    assert zh.translate_text(text, beam_size=1, split="lines", max_batch_size=4,
+                             progress=lambda d, t: calls.append((d, t)) or True) \
+        == zh.translate_text(text, beam_size=1, split="lines", max_batch_size=4)
+    assert calls == [(4, 6), (6, 6)]
+
+
+def test_progress_counts_parts_of_sentences(zh, verses):
+    """split="sentences" and a wrapped sentence: the total is the number of parts (the
+    result's Sentence entries), done grows by at most max_batch_size and ends there; the
+    default batching (32 sentences in text mode) and batch_type="tokens" report too."""
+    texts = verses[20:40] + [_long_sentence(verses)]
+    for kwargs in ({"max_batch_size": 5}, {}, {"max_batch_size": 300, "batch_type": "tokens"}):
+        calls, progress = _recorder()
+        docs = zh.translate_text(texts, beam_size=1, return_sentences=True, progress=progress,
+                                 **kwargs)
+        parts = sum(len(d.sentences) for d in docs)
+        assert parts > len(texts) + 1, "sentences were split and the long one wrapped"
+        done = [d for d, _, _ in calls]
+        assert done and done[-1] == parts, (kwargs, calls)
+        assert all(t == parts for _, t, _ in calls), calls
+        assert all(0 < b - a for a, b in zip([0] + done, done)), calls
+        if "max_batch_size" not in kwargs:
+            assert done == sorted({min(parts, k) for k in range(32, parts + 32, 32)}), calls
+        elif kwargs.get("batch_type") != "tokens":
+            assert all(b - a <= 5 for a, b in zip([0] + done, done)), calls
+        if kwargs == {"max_batch_size": 5}:
+            assert docs == zh.translate_text(texts, beam_size=1, return_sentences=True, **kwargs)
+
+
+def test_progress_without_sentences_is_not_called(zh):
+    calls, progress = _recorder()
+    assert zh.translate_text(["", "  \n\t", "\r\n"], progress=progress) == ["", "  \n\t", "\r\n"]
+    assert zh.translate_text([], progress=progress) == []
+    assert calls == []
+
+
+def test_progress_cancels(tolk, zh, verses):
+    """Returning False after the first batch: TolkCancelled (a TolkError with status
+    TOLK_ERROR_CANCELLED) and no more batches; the translator works on afterwards."""
+    subset = verses[:20]
+    calls = []
+
+    def stop(done, total):
+        calls.append(done)
+        return False
+
+    with pytest.raises(tolk.TolkCancelled) as ei:
+        zh.translate_text(subset, beam_size=1, split="lines", max_batch_size=4, progress=stop)
+    assert calls == [4]
+    err = ei.value
+    assert isinstance(err, tolk.TolkError)
+    assert err.status == tolk.Status.ERROR_CANCELLED == 8
+    assert tolk.Status.NAMES[8] == "TOLK_ERROR_CANCELLED"
+    assert tolk.status_string(tolk.Status.ERROR_CANCELLED) == "cancelled"
+    assert "cancel" in err.message and "4 of 20" in err.message, err.message
+
+    # Cancelling later, at the last batch, and with a false value other than False.
+    for stop_at, answer in ((12, False), (20, False), (8, 0)):
+        calls = []
+
+        def stop_late(done, total):
+            calls.append(done)
+            return answer if done >= stop_at else None
+
+        with pytest.raises(tolk.TolkCancelled):
+            zh.translate_text(subset, beam_size=1, split="lines", max_batch_size=4,
+                              progress=stop_late)
+        assert calls == list(range(4, stop_at + 1, 4))
+    assert zh.translate_text(subset[0], beam_size=1) == zh.translate_text(subset[0], beam_size=1,
+                                                                           progress=lambda d, t: True)
+
+
+def test_progress_exception_propagates(tolk, zh, verses):
+    """An exception in the callback stops the translation (nothing crosses into C) and is
+    raised as itself from translate_text, with the callback's frame in its traceback."""
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def fail(done, total):
+        calls.append(done)
+        if done >= 8:
+            raise Stop("at %d of %d" % (done, total))
+
+    with pytest.raises(Stop, match="at 8 of 20") as ei:
+        zh.translate_text(verses[:20], beam_size=1, split="lines", max_batch_size=4, progress=fail)
+    assert calls == [4, 8]
+    assert not isinstance(ei.value, tolk.TolkError)
+    assert any(entry.name == "fail" for entry in ei.traceback)
+    # BaseExceptions too (Ctrl-C while translating on the main thread).
+    def interrupt(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        zh.translate_text(verses[:3], beam_size=1, progress=interrupt)
+    # Not a callable: refused before translating.
+    with pytest.raises(TypeError):
+        zh.translate_text("你好。", progress=42)
+    assert zh.translate_text(verses[0], beam_size=1, split="lines") == \
+        zh.translate_text(verses[0], beam_size=1, split="lines", progress=lambda d, t: None)
