@@ -1,7 +1,7 @@
 //! Tolk: fast, embeddable neural machine translation inference.
 //!
 //! The crate is organized by layer of the architecture:
-//! - [`format`]: readers for model files (CTranslate2 directories);
+//! - [`format`](mod@format): readers for model files (CTranslate2 directories);
 //! - [`model`]: immutable layers built from weights (Transformer encoder and decoder);
 //! - [`backend`]: compute kernels (CPU float32);
 //! - [`decode`]: greedy and beam search;

@@ -37,12 +37,12 @@ impl Tensor {
         &self.shape
     }
 
-    /// Number of rows when viewed as a matrix [shape[0], rest].
+    /// Number of rows when viewed as a matrix `[shape[0], rest]`.
     pub fn rows(&self) -> usize {
         self.shape.first().copied().unwrap_or(1)
     }
 
-    /// Length of a row when viewed as a matrix [shape[0], rest].
+    /// Length of a row when viewed as a matrix `[shape[0], rest]`.
     pub fn row_len(&self) -> usize {
         self.shape.iter().skip(1).product()
     }
