@@ -1,6 +1,7 @@
 //! Translation of token batches: options with CTranslate2's defaults and meaning,
 //! sorting by length and re-batching, encoding, searching, and restoring input order.
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use crate::backend::cpu::Ctx;
 use crate::decode::{beam::beam_search, greedy::greedy_search, Hypotheses, SearchParams, StartTokens};
@@ -98,22 +99,49 @@ pub struct TranslationResult {
 pub struct Translator {
     model: Arc<TransformerModel>,
     ctx: Ctx,
+    pool: Option<WorkerPool>,
+}
+
+/// The threads of one translator. Dropping it joins them: a library that may be unloaded
+/// (dlclose) must not leave threads running its code.
+struct WorkerPool {
     pool: Option<rayon::ThreadPool>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl WorkerPool {
+    fn new(threads: usize) -> Result<WorkerPool> {
+        let handles = Arc::new(Mutex::new(Vec::with_capacity(threads)));
+        let spawned = Arc::clone(&handles);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .spawn_handler(move |thread| {
+                let handle = std::thread::Builder::new().name("tolk-worker".into()).spawn(|| thread.run())?;
+                spawned.lock().unwrap_or_else(|e| e.into_inner()).push(handle);
+                Ok(())
+            })
+            .build()
+            .map_err(|e| Error::invalid_argument(format!("cannot start {threads} threads: {e}")))?;
+        Ok(WorkerPool { pool: Some(pool), threads: handles })
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        drop(self.pool.take()); // Tells the idle threads to exit.
+        let me = std::thread::current().id();
+        for handle in self.threads.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            if handle.thread().id() != me {
+                let _ = handle.join(); // (A worker dropping its own pool cannot join itself.)
+            }
+        }
+    }
 }
 
 impl Translator {
     pub fn new(model: Arc<TransformerModel>, intra_threads: usize) -> Result<Translator> {
         let threads = intra_threads.max(1);
-        let pool = if threads > 1 {
-            Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .map_err(|e| Error::invalid_argument(format!("cannot start {threads} threads: {e}")))?,
-            )
-        } else {
-            None
-        };
+        let pool = if threads > 1 { Some(WorkerPool::new(threads)?) } else { None };
         Ok(Translator { model, ctx: Ctx { threads }, pool })
     }
 
@@ -167,7 +195,7 @@ impl Translator {
             if !to_run.is_empty() {
                 let sources: Vec<&[String]> = to_run.iter().map(|&i| source[i].as_slice()).collect();
                 let prefixes: Vec<&[String]> = to_run.iter().map(|&i| prefix_of(i).as_slice()).collect();
-                let translated = match &self.pool {
+                let translated = match self.pool.as_ref().and_then(|p| p.pool.as_ref()) {
                     Some(pool) => pool.install(|| self.run_translation(&sources, &prefixes, options))?,
                     None => self.run_translation(&sources, &prefixes, options)?,
                 };
