@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "progress.h"
 
 static const char *MODEL_DIR;
 
@@ -470,37 +471,6 @@ static void test_threads(uint32_t intra_threads) {
     tolk_translator_free(translator);
 }
 
-/* What a progress callback saw: every call is checked against the contract (on the thread
- * that made the translation call, done non-decreasing and at most total, total fixed). */
-#define MAX_CALLS 64
-typedef struct {
-    pthread_t thread;   /* the calling thread */
-    size_t cancel_at;   /* return false on this call (1 = the first); 0 = never */
-    size_t calls;
-    size_t done[MAX_CALLS];
-    size_t total;
-    int violations;     /* wrong thread, done decreasing or past total, total changing */
-} ProgressLog;
-
-static ProgressLog progress_log(size_t cancel_at) {
-    ProgressLog log;
-    memset(&log, 0, sizeof log);
-    log.thread = pthread_self();
-    log.cancel_at = cancel_at;
-    return log;
-}
-
-static bool on_progress(void *user_data, size_t done, size_t total) {
-    ProgressLog *log = user_data;
-    if (!pthread_equal(pthread_self(), log->thread)) log->violations++;
-    if (done > total || (log->calls > 0 && (done < log->done[(log->calls - 1) % MAX_CALLS] || total != log->total)))
-        log->violations++;
-    log->done[log->calls % MAX_CALLS] = done;
-    log->total = total;
-    log->calls++;
-    return log->cancel_at == 0 || log->calls < log->cancel_at;
-}
-
 static TolkTranslateOptions progress_options(ProgressLog *log, uint32_t max_batch_size) {
     TolkTranslateOptions o = tolk_translate_options_default();
     o.beam_size = 1;
@@ -561,8 +531,8 @@ static void test_progress(TolkModel *model) {
     o = progress_options(&log, 8);
     o.batch_type = TOLK_BATCH_TOKENS;
     CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &o, &got), TOLK_OK);
-    CHECK(log.violations == 0 && log.calls >= 2 && log.calls <= MAX_CALLS && log.total == PBATCH_SIZE);
-    CHECK(log.calls > 0 && log.done[(log.calls - 1) % MAX_CALLS] == PBATCH_SIZE);
+    CHECK(log.violations == 0 && log.calls >= 2 && log.calls <= PBATCH_SIZE && log.total == PBATCH_SIZE);
+    CHECK(log.calls > 0 && last_done(&log) == PBATCH_SIZE);
     tolk_result_free(got);
     got = NULL;
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "progress.h"
 
 static const char *MODEL_DIR;
 
@@ -762,6 +763,28 @@ static void remove_file(const char *dir, const char *name) {
     unlink(path);
 }
 
+/* A translator loaded from `dir` with `mopts` translates `src` as `want`. */
+static void check_text_like(const char *dir, const TolkModelOptions *mopts, const char *src,
+                            const TolkTranslateOptions *o, const TolkTextResult *want) {
+    TolkTranslator *t = load_translator(dir, mopts);
+    if (t == NULL) return;
+    TolkTextResult *r = NULL;
+    CHECK_STATUS(tolk_translate_text(t, src, o, NULL, &r), TOLK_OK);
+    CHECK(r && want && same_text(r, 0, want, 0));
+    tolk_text_result_free(r);
+    tolk_translator_free(t);
+}
+
+/* Token translation works (whatever the tokenizer's state). */
+static void check_tokens_translate(const TolkTranslator *t) {
+    const char *tokens[] = {"a", "b"};
+    const char *const *batch[] = {tokens};
+    size_t n = 2;
+    TolkResult *tr = NULL;
+    CHECK_STATUS(tolk_translate_batch(t, batch, &n, 1, NULL, NULL, NULL, &tr), TOLK_OK);
+    tolk_result_free(tr);
+}
+
 /* Tokenizers: a package without one (text is UNSUPPORTED, tokens still work), one named in
  * the options, missing files, a file that is not a SentencePiece model, older options. */
 static void test_tokenizers(const TolkTranslator *fixture) {
@@ -792,12 +815,7 @@ static void test_tokenizers(const TolkTranslator *fixture) {
         CHECK(r == NULL);
         CHECK(strstr(tolk_last_error(), "SentencePiece") != NULL);
         CHECK_STATUS(tolk_translate_text_batch(t, &src, NULL, 1, &o, NULL, &r), TOLK_ERROR_UNSUPPORTED);
-        const char *tokens[] = {"a", "b"};
-        const char *const *batch[] = {tokens};
-        size_t n = 2;
-        TolkResult *tr = NULL;
-        CHECK_STATUS(tolk_translate_batch(t, batch, &n, 1, NULL, NULL, NULL, &tr), TOLK_OK);
-        tolk_result_free(tr);
+        check_tokens_translate(t);
         tolk_translator_free(t);
     }
     /* A tokenizer found in the package that does not load (a junk spm.model): the model
@@ -816,12 +834,7 @@ static void test_tokenizers(const TolkTranslator *fixture) {
         CHECK_STATUS(tolk_translate_text(t, src, &o, NULL, &r), TOLK_ERROR_UNSUPPORTED);
         CHECK(r == NULL);
         CHECK_MSG(strstr(tolk_last_error(), junk) != NULL, "%s", tolk_last_error());
-        const char *tokens[] = {"a", "b"};
-        const char *const *batch[] = {tokens};
-        size_t n = 2;
-        TolkResult *tr = NULL;
-        CHECK_STATUS(tolk_translate_batch(t, batch, &n, 1, NULL, NULL, NULL, &tr), TOLK_OK);
-        tolk_result_free(tr);
+        check_tokens_translate(t);
         tolk_translator_free(t);
     }
     /* Named in the options, the same file fails the load. */
@@ -833,37 +846,16 @@ static void test_tokenizers(const TolkTranslator *fixture) {
     CHECK(junk_model == NULL && strstr(tolk_last_error(), "spm.model") != NULL);
     /* An explicit tokenizer replaces the broken one found in the package. */
     jo.source_tokenizer = spm;
-    t = load_translator(dir, &jo);
-    if (t != NULL) {
-        TolkTextResult *r = NULL;
-        CHECK_STATUS(tolk_translate_text(t, src, &o, NULL, &r), TOLK_OK);
-        CHECK(r && want && same_text(r, 0, want, 0));
-        tolk_text_result_free(r);
-        tolk_translator_free(t);
-    }
+    check_text_like(dir, &jo, src, &o, want);
     remove_file(dir, "spm.model");
 
     /* The fixture's tokenizer named in the options: the fixture's translation. */
     TolkModelOptions mo = tolk_model_options_default();
     CHECK(mo.source_tokenizer == NULL && mo.target_tokenizer == NULL);
     mo.source_tokenizer = spm;
-    t = load_translator(dir, &mo);
-    if (t != NULL) {
-        TolkTextResult *r = NULL;
-        CHECK_STATUS(tolk_translate_text(t, src, &o, NULL, &r), TOLK_OK);
-        CHECK(r && want && same_text(r, 0, want, 0));
-        tolk_text_result_free(r);
-        tolk_translator_free(t);
-    }
+    check_text_like(dir, &mo, src, &o, want);
     mo.target_tokenizer = spm; /* both sides named: the same model */
-    t = load_translator(dir, &mo);
-    if (t != NULL) {
-        TolkTextResult *r = NULL;
-        CHECK_STATUS(tolk_translate_text(t, src, &o, NULL, &r), TOLK_OK);
-        CHECK(r && want && same_text(r, 0, want, 0));
-        tolk_text_result_free(r);
-        tolk_translator_free(t);
-    }
+    check_text_like(dir, &mo, src, &o, want);
     /* Missing files fail at load with TOLK_ERROR_IO naming them. */
     TolkModel *m = (TolkModel *)&m;
     mo = tolk_model_options_default();
@@ -891,23 +883,14 @@ static void test_tokenizers(const TolkTranslator *fixture) {
     mo = tolk_model_options_default();
     mo.struct_size = (uint32_t)offsetof(TolkModelOptions, source_tokenizer);
     mo.source_tokenizer = missing; /* beyond struct_size: ignored */
-    t = load_translator(MODEL_DIR, &mo);
-    if (t != NULL) {
-        TolkTextResult *r = NULL;
-        CHECK_STATUS(tolk_translate_text(t, src, &o, NULL, &r), TOLK_OK);
-        CHECK(r && want && same_text(r, 0, want, 0));
-        tolk_text_result_free(r);
-        tolk_translator_free(t);
-    }
+    check_text_like(MODEL_DIR, &mo, src, &o, want);
     tolk_text_result_free(want);
     for (size_t i = 0; i < 3; i++) remove_file(dir, FILES[i]);
     rmdir(dir);
     rmdir(root);
 }
 
-typedef struct ProgressLog ProgressLog;
 static ProgressLog *new_progress_log(void);
-static bool on_progress(void *user_data, size_t done, size_t total);
 static bool progress_log_ends_at(const ProgressLog *log, size_t calls, size_t total);
 
 /* A big text: paragraphs of the test texts repeated up to `size` bytes (1 MB natively).
@@ -1014,41 +997,6 @@ static void test_threads(const TolkTranslator *t) {
         }
     }
     for (size_t s = 0; s < NUM_TEXTS; s++) free(reference[s]);
-}
-
-/* What a progress callback saw: every call is checked against the contract (on the thread
- * that made the translation call, done non-decreasing and at most total, total fixed). */
-#define MAX_CALLS 256
-struct ProgressLog {
-    pthread_t thread;
-    size_t cancel_at; /* return false on this call (1 = the first); 0 = never */
-    size_t calls;
-    size_t done[MAX_CALLS];
-    size_t total;
-    int violations;
-};
-
-static ProgressLog progress_log(size_t cancel_at) {
-    ProgressLog log;
-    memset(&log, 0, sizeof log);
-    log.thread = pthread_self();
-    log.cancel_at = cancel_at;
-    return log;
-}
-
-static bool on_progress(void *user_data, size_t done, size_t total) {
-    ProgressLog *log = user_data;
-    if (!pthread_equal(pthread_self(), log->thread)) log->violations++;
-    if (done > total || (log->calls > 0 && (done < log->done[(log->calls - 1) % MAX_CALLS] || total != log->total)))
-        log->violations++;
-    log->done[log->calls % MAX_CALLS] = done;
-    log->total = total;
-    log->calls++;
-    return log->cancel_at == 0 || log->calls < log->cancel_at;
-}
-
-static size_t last_done(const ProgressLog *log) {
-    return log->calls ? log->done[(log->calls - 1) % MAX_CALLS] : 0;
 }
 
 static ProgressLog *new_progress_log(void) {

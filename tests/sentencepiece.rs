@@ -20,6 +20,8 @@ use tolk::ErrorKind;
 #[path = "../fuzz/src/lib.rs"]
 mod fuzz_bodies;
 
+use fuzz_bodies::{bytes_field, piece_proto, varint_field};
+
 const ZH_EN: &str = "zh-en-ct2/sentencepiece.model";
 const EN_PT: &str = "en-pt-bergamot/vocab.enpt.spm";
 
@@ -404,38 +406,10 @@ fn unigram_ties_break_as_the_reference() {
 }
 
 /// A hand-built ModelProto (the wire format written out by hand).
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-fn bytes_field(field: u32, data: &[u8], out: &mut Vec<u8>) {
-    varint(u64::from(field) << 3 | 2, out);
-    varint(data.len() as u64, out);
-    out.extend_from_slice(data);
-}
-fn varint_field(field: u32, v: u64, out: &mut Vec<u8>) {
-    varint(u64::from(field) << 3, out);
-    varint(v, out);
-}
-fn piece(p: &str, score: f32, kind: u64) -> Vec<u8> {
-    let mut m = Vec::new();
-    bytes_field(1, p.as_bytes(), &mut m);
-    varint(2 << 3 | 5, &mut m);
-    m.extend_from_slice(&score.to_le_bytes());
-    varint_field(3, kind, &mut m);
-    m
-}
 fn tiny_model(model_type: u64, byte_fallback: bool, pieces: &[(&str, f32, u64)]) -> Vec<u8> {
     let mut m = Vec::new();
     for &(p, s, k) in pieces {
-        bytes_field(1, &piece(p, s, k), &mut m);
+        bytes_field(1, &piece_proto(p, s, k), &mut m);
     }
     let mut ts = Vec::new();
     varint_field(3, model_type, &mut ts);

@@ -19,7 +19,7 @@ use tolk::text::SentencePiece;
 
 // ------------------------------------------------------------------ protobuf writing
 
-fn varint(mut v: u64, out: &mut Vec<u8>) {
+pub fn varint(mut v: u64, out: &mut Vec<u8>) {
     loop {
         let b = (v & 0x7f) as u8;
         v >>= 7;
@@ -31,15 +31,26 @@ fn varint(mut v: u64, out: &mut Vec<u8>) {
     }
 }
 
-fn bytes_field(field: u32, data: &[u8], out: &mut Vec<u8>) {
+pub fn bytes_field(field: u32, data: &[u8], out: &mut Vec<u8>) {
     varint(u64::from(field) << 3 | 2, out);
     varint(data.len() as u64, out);
     out.extend_from_slice(data);
 }
 
-fn varint_field(field: u32, v: u64, out: &mut Vec<u8>) {
+pub fn varint_field(field: u32, v: u64, out: &mut Vec<u8>) {
     varint(u64::from(field) << 3, out);
     varint(v, out);
+}
+
+/// A serialized `SentencePiece` message: piece, score, type (1 normal, 2 unknown,
+/// 3 control, 4 user-defined, 5 unused, 6 byte).
+pub fn piece_proto(piece: &str, score: f32, kind: u64) -> Vec<u8> {
+    let mut m = Vec::new();
+    bytes_field(1, piece.as_bytes(), &mut m);
+    varint(2 << 3 | 5, &mut m);
+    m.extend_from_slice(&score.to_le_bytes());
+    varint_field(3, kind, &mut m);
+    m
 }
 
 // ------------------------------------------------------------------ generated models
@@ -151,16 +162,8 @@ fn normal_pieces() -> Vec<(String, f32)> {
 /// A serialized `ModelProto` for `o`: `<unk>`, `<s>`, `</s>`, the normal pieces, a
 /// user-defined `<sep>`, an unused `abb`, and the 256 byte pieces with byte fallback.
 pub fn generated_model(o: ModelOptions) -> Vec<u8> {
-    let piece = |p: &str, score: f32, kind: u64| {
-        let mut m = Vec::new();
-        bytes_field(1, p.as_bytes(), &mut m);
-        varint(2 << 3 | 5, &mut m);
-        m.extend_from_slice(&score.to_le_bytes());
-        varint_field(3, kind, &mut m);
-        m
-    };
     let mut m = Vec::new();
-    let mut add = |p: &str, score: f32, kind: u64| bytes_field(1, &piece(p, score, kind), &mut m);
+    let mut add = |p: &str, score: f32, kind: u64| bytes_field(1, &piece_proto(p, score, kind), &mut m);
     add("<unk>", 0.0, 2);
     add("<s>", 0.0, 3);
     add("</s>", 0.0, 3);
