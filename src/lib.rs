@@ -42,10 +42,33 @@ pub use translator::{BatchType, TranslateOptions, TranslationResult};
 #[derive(Clone)]
 pub struct Model {
     inner: Arc<model::TransformerModel>,
-    tokenizer: Option<Arc<Tokenizer>>,
+    package: Arc<Package>,
+}
+
+/// The model package around the weights: where it is and its tokenizer (or why there is
+/// none). Shared by a model and its translators, which may outlive the model's weights.
+struct Package {
+    path: PathBuf,
+    tokenizer: Option<Tokenizer>,
     /// Why the package's tokenizer did not load, if it did not.
     tokenizer_problem: Option<String>,
-    path: PathBuf,
+}
+
+impl Package {
+    /// The tokenizer text translation needs, or an error saying why there is none.
+    fn text_tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            Error::unsupported(match &self.tokenizer_problem {
+                Some(problem) => format!("text translation needs the package's SentencePiece model, which did not load: {problem}"),
+                None => format!(
+                    "text translation needs a SentencePiece model and none was found for {} (looked for {}): name one \
+                     in the load options, or translate tokens",
+                    self.path.display(),
+                    TokenizerFiles::SEARCHED
+                ),
+            })
+        })
+    }
 }
 
 /// Settings of [`Model::load_with_options`].
@@ -90,16 +113,17 @@ impl Model {
         let vocabulary = &inner.target_vocabulary;
         let (tokenizer, tokenizer_problem) =
             match Tokenizer::load(&files, (0..vocabulary.len() as u32).map(|id| vocabulary.token(id))) {
-                Ok(t) => (t.map(Arc::new), None),
+                Ok(t) => (t, None),
                 Err(e) if named => return Err(e),
                 Err(e) => (None, Some(e.message)),
             };
-        Ok(Model { inner: Arc::new(inner), tokenizer, tokenizer_problem, path: path.to_path_buf() })
+        let package = Package { path: path.to_path_buf(), tokenizer, tokenizer_problem };
+        Ok(Model { inner: Arc::new(inner), package: Arc::new(package) })
     }
 
     /// The tokenizer found in (or given for) the package, if any: needed for text translation.
     pub fn tokenizer(&self) -> Option<&Tokenizer> {
-        self.tokenizer.as_deref()
+        self.package.tokenizer.as_ref()
     }
 
     /// The compute type the weights were loaded for (never `Default` or `Auto`).
@@ -191,9 +215,7 @@ impl Default for TranslatorConfig {
 /// Translates batches with one model; see [`translator::Translator`].
 pub struct Translator {
     inner: translator::Translator,
-    tokenizer: Option<Arc<Tokenizer>>,
-    tokenizer_problem: Option<String>,
-    model_path: PathBuf,
+    package: Arc<Package>,
 }
 
 impl Translator {
@@ -208,13 +230,11 @@ impl Translator {
         let weights = if config.compute_type == ComputeType::Default || resolved == model.compute_type() {
             Arc::clone(&model.inner)
         } else {
-            Arc::new(model::TransformerModel::load(&model.path, resolved)?)
+            Arc::new(model::TransformerModel::load(&model.package.path, resolved)?)
         };
         Ok(Translator {
             inner: translator::Translator::new(weights, config.intra_threads)?,
-            tokenizer: model.tokenizer.clone(),
-            tokenizer_problem: model.tokenizer_problem.clone(),
-            model_path: model.path.clone(),
+            package: Arc::clone(&model.package),
         })
     }
 
@@ -261,17 +281,7 @@ impl Translator {
         text_options: &TextOptions,
         progress: &mut dyn FnMut(usize, usize) -> bool,
     ) -> Result<Vec<TextTranslation>> {
-        let tokenizer = self.tokenizer.as_deref().ok_or_else(|| {
-            Error::unsupported(match &self.tokenizer_problem {
-                Some(problem) => format!("text translation needs the package's SentencePiece model, which did not load: {problem}"),
-                None => format!(
-                    "text translation needs a SentencePiece model and none was found for {} (looked for {}): name one \
-                     in the load options, or translate tokens",
-                    self.model_path.display(),
-                    TokenizerFiles::SEARCHED
-                ),
-            })
-        })?;
+        let tokenizer = self.package.text_tokenizer()?;
         text::translate::translate_texts(&self.inner, tokenizer, texts, options, text_options, progress)
     }
 }

@@ -815,7 +815,7 @@ fn the_desktop_example_translates_and_aligns_sentences() {
     // finds it.
     let long = format!(
         "{}.",
-        vec!["the cat sat on the mat and the dog sat on the log and we love to read small texts"; 4].join(", and ")
+        ["the cat sat on the mat and the dog sat on the log and we love to read small texts"; 4].join(", and ")
     );
     let input_long = format!("Hello world.\n{long}\n");
     let (code, stdout, stderr) = run_program(&desktop, &[model], &input_long);

@@ -78,9 +78,8 @@ pub extern "C" fn tolk_sentence_info_default() -> TolkSentenceInfo {
 
 /// Translations of a batch of texts (opaque, immutable).
 pub struct TolkTextResult {
+    /// Each text ends with a NUL (past its sentences' ranges) so C reads it in place.
     texts: Vec<TextTranslation>,
-    /// The same texts, NUL-terminated for C.
-    c_texts: Vec<Vec<u8>>,
 }
 
 /// Default text settings (sentence splitting, 128 tokens at most per sentence).
@@ -201,7 +200,6 @@ unsafe fn translate(
     out_result: *mut *mut TolkTextResult,
 ) -> Result<(), Failure> {
     let out = non_null(out_result as *const *mut TolkTextResult, "out_result")? as *mut *mut TolkTextResult;
-    *out = ptr::null_mut();
     let translator = &*non_null(translator, "translator")?;
     let (options, progress) = read_translate_options(options)?;
     let text_options = read_text_options(text_options)?;
@@ -213,17 +211,11 @@ unsafe fn translate(
 }
 
 impl TolkTextResult {
-    fn new(texts: Vec<TextTranslation>) -> TolkTextResult {
-        let c_texts = texts
-            .iter()
-            .map(|t| {
-                let mut bytes = Vec::with_capacity(t.text.len() + 1);
-                bytes.extend_from_slice(t.text.as_bytes());
-                bytes.push(0);
-                bytes
-            })
-            .collect();
-        TolkTextResult { texts, c_texts }
+    fn new(mut texts: Vec<TextTranslation>) -> TolkTextResult {
+        for t in &mut texts {
+            t.text.push('\0');
+        }
+        TolkTextResult { texts }
     }
 }
 
@@ -252,11 +244,11 @@ pub unsafe extern "C" fn tolk_text_result_text(result: *const TolkTextResult, in
         return ptr::null();
     }
     let result = &*result;
-    let Some(text) = result.c_texts.get(index) else { return ptr::null() };
+    let Some(translation) = result.texts.get(index) else { return ptr::null() };
     if !out_length.is_null() {
-        *out_length = text.len() - 1;
+        *out_length = translation.text.len() - 1;
     }
-    text.as_ptr() as *const c_char
+    translation.text.as_ptr() as *const c_char
 }
 
 /// Number of translated sentences (parts, for wrapped long sentences) of text `index` (0 if
