@@ -32,7 +32,8 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: tolk-translate --model DIR [options] < input > output\n"
-            "  --model DIR              CTranslate2 model directory (required)\n"
+            "  --model PATH             model: a CTranslate2 directory, a Marian/Bergamot\n"
+            "                           package directory or its YAML (required)\n"
             "  --tokens                 input/output lines are space-separated tokens\n"
             "                           (default: plain text lines)\n"
             "  --split MODE             text mode: sentences|lines, how a line is cut\n"
@@ -43,14 +44,17 @@ static void usage(FILE *out) {
             "                           in the model package)\n"
             "  --target-spm FILE        text mode: target SentencePiece model\n"
             "  --compute-type T         default|auto|float32|int8|int16 (default: as saved)\n"
-            "  --beam N                 beam size, 1 = greedy (default 2)\n"
+            "  --beam N                 beam size, 1 = greedy (default 2, or the package's)\n"
             "  --n-best N               hypotheses per sentence, one line each, best first\n"
             "                           (default 1; at most the beam size)\n"
-            "  --max-batch-size N       sentences (or tokens) per batch, 0 = all (default 0)\n"
+            "  --max-batch-size N       sentences (or tokens) per batch, 0 = all (default 0,\n"
+            "                           or the package's mini-batch)\n"
             "  --batch-type T           examples|tokens: unit of --max-batch-size\n"
             "  --intra-threads N        threads per translation (default 1)\n"
             "  --max-decoding-length N  most tokens generated per sentence (default 256)\n"
             "  --length-penalty F       scores are divided by length^F (default 1)\n"
+            "  --no-shortlist           score the whole vocabulary even when the model\n"
+            "                           package has a lexical shortlist\n"
             "  --scores                 prefix each line with its score and \" ||| \"\n"
             "                           (text mode: the sentence scores, comma-separated)\n"
             "  --progress               print \"DONE/TOTAL\" sentences to stderr after each batch\n"
@@ -61,7 +65,9 @@ static void usage(FILE *out) {
 /* Settings from the command line. */
 typedef struct {
     const char *model_dir;
-    bool tokens_mode, scores, verbose, progress;
+    bool tokens_mode, scores, verbose, progress, no_shortlist;
+    /* Which translate options the command line set; the others take the model's defaults. */
+    bool set_beam, set_batch, set_length_penalty;
     TolkModelOptions model;
     TolkTranslatorOptions translator;
     TolkTranslateOptions translate;
@@ -104,6 +110,13 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             cli->progress = true;
             continue;
         }
+        if (!strcmp(a, "--no-shortlist")) {
+            cli->no_shortlist = true;
+            continue;
+        }
+        cli->set_beam |= !strcmp(a, "--beam");
+        cli->set_batch |= !strcmp(a, "--max-batch-size");
+        cli->set_length_penalty |= !strcmp(a, "--length-penalty");
         /* Every other option takes a value. */
         uint32_t *number = NULL;
         if (!strcmp(a, "--beam")) number = &cli->translate.beam_size;
@@ -357,6 +370,24 @@ int main(int argc, char **argv) {
     }
     if (cli.verbose)
         fprintf(stderr, "compute type: %s\n", tolk_model_compute_type(model));
+    /* The model package's decoding settings (a Marian package's beam size, length factor,
+       mini-batch, ...), then what the command line set. */
+    TolkTranslateOptions options = tolk_translate_options_default();
+    if (tolk_translator_translate_options(translator, &options) != TOLK_OK) {
+        fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
+        goto done;
+    }
+    if (cli.set_beam) options.beam_size = cli.translate.beam_size;
+    if (cli.set_batch) options.max_batch_size = cli.translate.max_batch_size;
+    if (cli.set_length_penalty) options.length_penalty = cli.translate.length_penalty;
+    if (cli.no_shortlist) options.use_shortlist = false;
+    options.num_hypotheses = cli.translate.num_hypotheses;
+    options.max_decoding_length = cli.translate.max_decoding_length;
+    options.batch_type = cli.translate.batch_type;
+    options.return_scores = cli.translate.return_scores;
+    options.progress = cli.translate.progress;
+    options.progress_user_data = cli.translate.progress_user_data;
+    cli.translate = options;
     if (!read_input(stdin, cli.tokens_mode, &in)) {
         fprintf(stderr, "tolk-translate: cannot read the input: %s\n", strerror(errno));
         goto done;

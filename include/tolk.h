@@ -268,6 +268,17 @@ typedef struct TolkTranslateOptions {
    * Passed as is to `progress`.
    */
   void *progress_user_data;
+  /**
+   * Decoding stops at this factor times the batch's longest source (Marian's
+   * max-length-factor); 0 = no such bound (default 0; a Marian package's own value in
+   * tolk_translator_translate_options).
+   */
+  float max_length_factor;
+  /**
+   * Restrict the output layer to the model's lexical shortlist when it has one
+   * (default true).
+   */
+  bool use_shortlist;
 } TolkTranslateOptions;
 
 /**
@@ -423,9 +434,23 @@ enum TolkStatus tolk_translator_new(const struct TolkModel *model,
 void tolk_translator_free(struct TolkTranslator *translator);
 
 /**
- * Default translation options (CTranslate2's translate_batch defaults).
+ * Default translation options (CTranslate2's translate_batch defaults). A model package
+ * may prescribe others (a Marian package's beam size, length factor, ...): see
+ * tolk_translator_translate_options, which translation calls use when options is NULL.
  */
 struct TolkTranslateOptions tolk_translate_options_default(void);
+
+/**
+ * The translation options a translator uses when a call passes NULL: CTranslate2's
+ * defaults with what the model's package prescribes (a Marian package's YAML: beam size,
+ * normalization, max-length-factor, mini-batch, `<unk>` suppression).
+ *
+ * # Safety
+ * `translator` is NULL or a live translator; `out` is NULL or points to writable
+ * options whose `struct_size` the caller set (or 0 for this version's size).
+ */
+enum TolkStatus tolk_translator_translate_options(const struct TolkTranslator *translator,
+                                                  struct TolkTranslateOptions *out);
 
 /**
  * Translates a batch of tokenized sentences.

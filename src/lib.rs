@@ -34,6 +34,8 @@ pub mod translator;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use backend::ComputeType;
+use format::package::ModelPackage;
 pub use error::{Error, ErrorKind, Result};
 pub use text::{SplitMode, TextOptions, TextTranslation, Tokenizer, TokenizerFiles};
 pub use translator::{BatchType, TranslateOptions, TranslationResult};
@@ -41,7 +43,7 @@ pub use translator::{BatchType, TranslateOptions, TranslationResult};
 /// A loaded model: immutable and cheap to clone (shared by reference counting).
 #[derive(Clone)]
 pub struct Model {
-    inner: Arc<model::TransformerModel>,
+    inner: Arc<dyn model::TranslationModel>,
     package: Arc<Package>,
 }
 
@@ -100,17 +102,25 @@ impl Model {
     /// tokenizers named in `options` or found in the package.
     pub fn load_with_options(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
-        let inner = model::TransformerModel::load(path, options.compute_type)?;
+        let package = ModelPackage::detect(path)?;
+        let inner = load_family(&package, options.compute_type)?;
         // Named files override what the package has, side by side; a package file that
         // does not load leaves the model without a tokenizer (token translation still works)
         // and the reason for translate_text's error.
-        let found = TokenizerFiles::find(path);
+        let found = match &package {
+            ModelPackage::Marian(m) => {
+                let spm = |p: &Path| p.extension().is_some_and(|e| e == "spm").then(|| p.to_path_buf());
+                let (source, target) = m.vocabulary_files();
+                TokenizerFiles { source: spm(source), target: spm(target) }
+            }
+            ModelPackage::Ct2 { .. } => TokenizerFiles::find(path),
+        };
         let named = options.source_tokenizer.is_some() || options.target_tokenizer.is_some();
         let files = TokenizerFiles {
             source: options.source_tokenizer.clone().or(found.source),
             target: options.target_tokenizer.clone().or(found.target),
         };
-        let vocabulary = &inner.target_vocabulary;
+        let vocabulary = inner.target_vocabulary();
         let (tokenizer, tokenizer_problem) =
             match Tokenizer::load(&files, (0..vocabulary.len() as u32).map(|id| vocabulary.token(id))) {
                 Ok(t) => (t, None),
@@ -118,7 +128,7 @@ impl Model {
                 Err(e) => (None, Some(e.message)),
             };
         let package = Package { path: path.to_path_buf(), tokenizer, tokenizer_problem };
-        Ok(Model { inner: Arc::new(inner), package: Arc::new(package) })
+        Ok(Model { inner, package: Arc::new(package) })
     }
 
     /// The tokenizer found in (or given for) the package, if any: needed for text translation.
@@ -128,72 +138,52 @@ impl Model {
 
     /// The compute type the weights were loaded for (never `Default` or `Auto`).
     pub fn compute_type(&self) -> ComputeType {
-        self.inner.compute_type
+        self.inner.compute_type()
     }
 
-    pub fn transformer(&self) -> &model::TransformerModel {
-        &self.inner
+    /// The model behind the family-neutral interface (vocabularies, special tokens, ...).
+    pub fn translation_model(&self) -> &dyn model::TranslationModel {
+        self.inner.as_ref()
     }
 }
 
-/// Numeric precision of the computation, named as in CTranslate2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum ComputeType {
-    /// The type the weights are saved in (int8 -> int8, int16 -> int16, else float32).
-    #[default]
-    Default,
-    /// The fastest type for this CPU: int8 where SIMD integer kernels exist.
-    Auto,
-    Float32,
-    /// int8 weights and activations with float32 everything else (CTranslate2's
-    /// `int8_float32`).
-    Int8,
-    /// int16 weights and activations.
-    Int16,
+/// Loads a model of the family its files say it is.
+fn load_family(package: &ModelPackage, compute_type: ComputeType) -> Result<Arc<dyn model::TranslationModel>> {
+    Ok(match package {
+        ModelPackage::Ct2 { dir } => Arc::new(model::TransformerModel::load(dir, compute_type)?),
+        ModelPackage::Marian(m) => {
+            let (source, target) = m.vocabulary_files();
+            let source_vocabulary = marian_vocabulary(source)?;
+            let target_vocabulary = if source == target { source_vocabulary.clone() } else { marian_vocabulary(target)? };
+            Arc::new(model::marian::MarianModel::load(m, compute_type, source_vocabulary, target_vocabulary)?)
+        }
+    })
 }
 
-impl ComputeType {
-    /// Parses CTranslate2's names. Half-precision types are refused on CPU, as in CTranslate2.
-    pub fn parse(name: &str) -> Result<ComputeType> {
-        match name {
-            "default" => Ok(ComputeType::Default),
-            "auto" => Ok(ComputeType::Auto),
-            "float32" | "float" => Ok(ComputeType::Float32),
-            "int8" | "int8_float32" => Ok(ComputeType::Int8),
-            "int16" => Ok(ComputeType::Int16),
-            "int8_float16" | "int8_bfloat16" | "float16" | "bfloat16" => Err(Error::unsupported(format!(
-                "compute type {name:?} is not supported on CPU (use float32, int8 or int16)"
-            ))),
-            other => Err(Error::invalid_argument(format!(
-                "unknown compute type {other:?} (expected default, auto, float32, int8, int8_float32 or int16)"
-            ))),
+/// A Marian vocabulary: a SentencePiece model's pieces by id, or a YAML map `token: id`.
+fn marian_vocabulary(path: &Path) -> Result<format::ct2::Vocabulary> {
+    let is_yaml = path.extension().is_some_and(|e| e == "yml" || e == "yaml");
+    let tokens = if is_yaml {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("cannot read {}: {e}", path.display())))?;
+        let yaml = format::marian::yaml::parse(&text).map_err(|e| Error::invalid_model(format!("{}: {}", path.display(), e.message)))?;
+        let entries = yaml.as_map().ok_or_else(|| Error::invalid_model(format!("{}: expected a map of tokens to ids", path.display())))?;
+        let mut tokens = vec![None; entries.len()];
+        for (token, id) in entries {
+            let id = id.as_i64().filter(|&i| i >= 0 && (i as usize) < entries.len()).ok_or_else(|| {
+                Error::invalid_model(format!("{}: token {token:?} has no id in 0..{}", path.display(), entries.len()))
+            })?;
+            tokens[id as usize] = Some(token.clone());
         }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ComputeType::Default => "default",
-            ComputeType::Auto => "auto",
-            ComputeType::Float32 => "float32",
-            ComputeType::Int8 => "int8_float32",
-            ComputeType::Int16 => "int16",
-        }
-    }
-
-    /// The concrete type for a model whose weights are saved as `saved`.
-    pub fn resolve(self, saved: format::ct2::DType) -> ComputeType {
-        use format::ct2::DType;
-        match self {
-            ComputeType::Default => match saved {
-                DType::I8 => ComputeType::Int8,
-                DType::I16 => ComputeType::Int16,
-                _ => ComputeType::Float32,
-            },
-            ComputeType::Auto if backend::cpu::isa::current() == backend::cpu::isa::Isa::Scalar => ComputeType::Float32,
-            ComputeType::Auto => ComputeType::Int8,
-            concrete => concrete,
-        }
-    }
+        tokens
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| t.ok_or_else(|| Error::invalid_model(format!("{}: no token has id {i}", path.display()))))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        let spm = text::SentencePiece::load(path)?;
+        (0..spm.len() as u32).map(|id| spm.id_to_piece(id).unwrap_or_default().to_string()).collect()
+    };
+    format::ct2::Vocabulary::new(tokens, "<unk>").map_err(|e| Error::invalid_model(format!("{}: {}", path.display(), e.message)))
 }
 
 /// Settings of a translator.
@@ -226,11 +216,11 @@ impl Translator {
             other => return Err(Error::invalid_argument(format!("unknown device {other:?} (expected \"cpu\")"))),
         }
         // A compute type other than the model's loads the weights again, converted.
-        let resolved = config.compute_type.resolve(model.inner.saved_weight_type);
+        let resolved = config.compute_type.resolve(model.inner.saved_precision());
         let weights = if config.compute_type == ComputeType::Default || resolved == model.compute_type() {
             Arc::clone(&model.inner)
         } else {
-            Arc::new(model::TransformerModel::load(&model.package.path, resolved)?)
+            load_family(&ModelPackage::detect(&model.package.path)?, resolved)?
         };
         Ok(Translator {
             inner: translator::Translator::new(weights, config.intra_threads)?,
@@ -245,6 +235,12 @@ impl Translator {
         options: &TranslateOptions,
     ) -> Result<Vec<TranslationResult>> {
         self.inner.translate_batch(source, target_prefix, options)
+    }
+
+    /// CTranslate2's option defaults with what the model's package prescribes (a Marian
+    /// package's beam size, normalization, length factor, mini-batch, `<unk>` suppression).
+    pub fn default_options(&self) -> TranslateOptions {
+        self.inner.default_options()
     }
 
     /// [`Translator::translate_batch`] with `progress(done, total)` called after each batch;

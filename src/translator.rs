@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use crate::backend::cpu::Ctx;
 use crate::decode::{beam::beam_search, greedy::greedy_search, Hypotheses, SearchParams, StartTokens};
 use crate::error::{Error, Result};
-use crate::model::TransformerModel;
+use crate::model::TranslationModel;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchType {
@@ -34,6 +34,11 @@ pub struct TranslateOptions {
     /// 0 = translate everything as one batch.
     pub max_batch_size: usize,
     pub batch_type: BatchType,
+    /// Bounds the decoding length of a batch to this factor times its longest source
+    /// (Marian's `max-length-factor`); 0 = no such bound.
+    pub max_length_factor: f32,
+    /// Restrict the output layer to the model's lexical shortlist when it has one.
+    pub use_shortlist: bool,
 }
 
 impl Default for TranslateOptions {
@@ -51,6 +56,8 @@ impl Default for TranslateOptions {
             disable_unk: false,
             max_batch_size: 0,
             batch_type: BatchType::Examples,
+            max_length_factor: 0.0,
+            use_shortlist: true,
         }
     }
 }
@@ -83,6 +90,9 @@ impl TranslateOptions {
         if self.beam_size > 1024 || self.num_hypotheses > 1024 {
             return bad("beam_size and num_hypotheses must be at most 1024");
         }
+        if !(self.max_length_factor >= 0.0) || !self.max_length_factor.is_finite() {
+            return bad("The maximum length factor must be a finite number >= 0");
+        }
         Ok(())
     }
 }
@@ -97,7 +107,7 @@ pub struct TranslationResult {
 
 /// Runs translations on one model. Cheap to create; many translators can share a model.
 pub struct Translator {
-    model: Arc<TransformerModel>,
+    model: Arc<dyn TranslationModel>,
     ctx: Ctx,
     pool: Option<WorkerPool>,
 }
@@ -139,14 +149,29 @@ impl Drop for WorkerPool {
 }
 
 impl Translator {
-    pub fn new(model: Arc<TransformerModel>, intra_threads: usize) -> Result<Translator> {
+    pub fn new(model: Arc<dyn TranslationModel>, intra_threads: usize) -> Result<Translator> {
         let threads = intra_threads.max(1);
         let pool = if threads > 1 { Some(WorkerPool::new(threads)?) } else { None };
         Ok(Translator { model, ctx: Ctx { threads }, pool })
     }
 
-    pub fn model(&self) -> &Arc<TransformerModel> {
+    pub fn model(&self) -> &Arc<dyn TranslationModel> {
         &self.model
+    }
+
+    /// CTranslate2's defaults with what the model's package prescribes (Marian's YAML:
+    /// beam size, normalization, length factor, mini-batch, `<unk>` suppression).
+    pub fn default_options(&self) -> TranslateOptions {
+        let package = self.model.package_decoding();
+        let defaults = TranslateOptions::default();
+        TranslateOptions {
+            beam_size: package.beam_size.unwrap_or(defaults.beam_size).max(1),
+            length_penalty: package.length_penalty.unwrap_or(defaults.length_penalty),
+            max_length_factor: package.max_length_factor.unwrap_or(defaults.max_length_factor),
+            max_batch_size: package.max_batch_size.unwrap_or(defaults.max_batch_size),
+            disable_unk: !package.allow_unk,
+            ..defaults
+        }
     }
 
     /// Translates tokenized sentences; `target_prefix`, when given, has one (possibly
@@ -214,26 +239,26 @@ impl Translator {
     /// CTranslate2's shortcut for a source with no content: the translation is the target
     /// prefix (or empty) with score 0, without running the model.
     fn skip_translation(&self, source: &[String], prefix: &[String], options: &TranslateOptions) -> Option<TranslationResult> {
-        let cfg = &self.model.config;
+        let cfg = self.model.special_tokens();
         let mut length = source.len();
-        if length == 1 && (source[0] == cfg.bos_token || source[0] == cfg.eos_token) {
+        if length == 1 && (source[0] == cfg.bos || source[0] == cfg.eos) {
             length = 0;
         } else if length >= 2 {
-            if source[0] == cfg.bos_token {
+            if source[0] == cfg.bos {
                 length -= 1;
             }
-            if source[source.len() - 1] == cfg.eos_token {
+            if source[source.len() - 1] == cfg.eos {
                 length -= 1;
-            } else if source[source.len() - 2] == cfg.eos_token {
+            } else if source[source.len() - 2] == cfg.eos {
                 length -= 2; // A language code follows the end token.
             }
         }
         if length > 0 {
             return None;
         }
-        let vocab = &self.model.target_vocabulary;
+        let vocab = self.model.target_vocabulary();
         let mut hypothesis: Vec<String> = prefix.to_vec();
-        if cfg.decoder_start_token.is_none() && !hypothesis.is_empty() {
+        if cfg.decoder_start.is_none() && !hypothesis.is_empty() {
             hypothesis.remove(0);
         }
         hypothesis.truncate(options.max_decoding_length);
@@ -248,14 +273,15 @@ impl Translator {
 
     fn source_ids(&self, tokens: &[String], max_length: usize) -> Result<Vec<u32>> {
         let m = &self.model;
-        let vocab = &m.source_vocabulary;
-        let eos = vocab.id_or_unk(&m.config.eos_token);
+        let cfg = m.special_tokens();
+        let vocab = m.source_vocabulary();
+        let eos = vocab.id_or_unk(&cfg.eos);
         let mut ids = Vec::with_capacity(tokens.len() + 2);
-        if m.config.add_source_bos {
-            ids.push(vocab.id_or_unk(&m.config.bos_token));
+        if cfg.add_source_bos {
+            ids.push(vocab.id_or_unk(&cfg.bos));
         }
         ids.extend(tokens.iter().map(|t| vocab.id_or_unk(t)));
-        if m.config.add_source_eos {
+        if cfg.add_source_eos {
             ids.push(eos);
         }
         if max_length > 0 && ids.len() > max_length {
@@ -269,7 +295,7 @@ impl Translator {
             }
             ids.truncate(max_length);
         }
-        if let Some(max) = m.encoder.max_positions() {
+        if let Some(max) = m.max_source_positions() {
             if ids.len() > max {
                 return Err(Error::invalid_argument(format!(
                     "a source of {} tokens is longer than the {max} positions the model supports; \
@@ -288,7 +314,8 @@ impl Translator {
         options: &TranslateOptions,
     ) -> Result<Vec<TranslationResult>> {
         let m = &self.model;
-        let tv = &m.target_vocabulary;
+        let cfg = m.special_tokens();
+        let tv = m.target_vocabulary();
         let source_ids = sources
             .iter()
             .map(|s| self.source_ids(s, options.max_input_length))
@@ -296,7 +323,7 @@ impl Translator {
         let mut starts = Vec::with_capacity(prefixes.len());
         for p in prefixes {
             let mut ids: Vec<u32> = Vec::with_capacity(p.len() + 1);
-            if let Some(start) = &m.config.decoder_start_token {
+            if let Some(start) = &cfg.decoder_start {
                 ids.push(tv.id_or_unk(start));
             }
             ids.extend(p.iter().map(|t| tv.id_or_unk(t)));
@@ -310,15 +337,19 @@ impl Translator {
         }
         // A stored position table bounds the decoding length (CTranslate2 raises an error
         // when decoding reaches its end; Tolk ends the hypotheses there instead).
-        let max_length = match m.decoder.max_positions() {
+        let mut max_length = match m.max_target_positions() {
             Some(max) => options.max_decoding_length.min(max),
             None => options.max_decoding_length,
         };
+        if options.max_length_factor > 0.0 {
+            let longest = source_ids.iter().map(Vec::len).max().unwrap_or(0);
+            max_length = max_length.min(((longest as f32 * options.max_length_factor) as usize).max(1));
+        }
         let end_ids = vec![match &options.end_token {
             Some(t) => tv
                 .id(t)
                 .ok_or_else(|| Error::invalid_argument(format!("end_token {t:?} is not in the target vocabulary")))?,
-            None => tv.id_or_unk(&m.config.eos_token),
+            None => tv.id_or_unk(&cfg.eos),
         }];
         let params = SearchParams {
             beam_size: options.beam_size,
@@ -332,13 +363,20 @@ impl Translator {
             return_scores: options.return_scores,
         };
 
-        let memory = m.encoder.forward(&self.ctx, &source_ids);
-        let mut state = m.decoder.initial_state(&self.ctx, &memory);
-        drop(memory);
+        let output_ids = if options.use_shortlist { m.output_candidates(&source_ids) } else { None };
+        let output_ids = output_ids.map(|mut ids| {
+            // The tokens decoding must be able to produce or force are always candidates.
+            ids.extend(params.end_ids.iter().copied());
+            ids.extend(starts.iter().flat_map(|s| s.prefix.iter().copied()));
+            ids.sort_unstable();
+            ids.dedup();
+            ids
+        });
+        let mut session = m.start(&self.ctx, &source_ids, output_ids)?;
         let hyps: Vec<Hypotheses> = if options.beam_size == 1 {
-            greedy_search(&self.ctx, &m.decoder, &mut state, &starts, &params)
+            greedy_search(&self.ctx, session.as_mut(), &starts, &params)
         } else {
-            beam_search(&self.ctx, &m.decoder, &mut state, &starts, &params)
+            beam_search(&self.ctx, session.as_mut(), &starts, &params)
         };
         Ok(hyps
             .into_iter()

@@ -120,7 +120,7 @@ fn long_unbroken_text_is_wrapped_within_the_limit() {
         let text_options = TextOptions { split_mode: SplitMode::Whole, max_sentence_tokens: max };
         let out = translator.translate_text(&[&text], &options, &text_options).unwrap();
         check(&text, &out[0], SplitMode::Whole);
-        let config = &model.transformer().config;
+        let config = model.translation_model().special_tokens();
         let limit = max - config.add_source_bos as usize - config.add_source_eos as usize;
         let parts = &out[0].sentences;
         assert!(parts.len() > 1 && parts.iter().all(|s| s.sentence == 0), "one sentence, several parts");

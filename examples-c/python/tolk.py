@@ -161,6 +161,10 @@ class TolkTranslateOptions(ctypes.Structure):
         # Called on the calling thread after each batch; NULL = none.
         ("progress", TolkProgressCallback),
         ("progress_user_data", ctypes.c_void_p),
+        # Decoding stops at this factor times the longest source; 0 = none.
+        ("max_length_factor", ctypes.c_float),
+        # Restrict the output layer to the model's shortlist when it has one.
+        ("use_shortlist", ctypes.c_bool),
     ]
 
 
@@ -279,6 +283,7 @@ def _declare(lib):
     fn("tolk_translator_free", None, _TranslatorP)
 
     fn("tolk_translate_options_default", TolkTranslateOptions)
+    fn("tolk_translator_translate_options", _Status, _TranslatorP, ctypes.POINTER(TolkTranslateOptions))
     fn(
         "tolk_translate_batch",
         _Status,
@@ -742,18 +747,20 @@ class Translator:
         self,
         source: Sequence[Sequence[str]],
         target_prefix: Optional[Sequence[Optional[Sequence[str]]]] = None,
-        beam_size: int = 2,
+        beam_size: Optional[int] = None,
         patience: float = 1.0,
-        length_penalty: float = 1.0,
+        length_penalty: Optional[float] = None,
         num_hypotheses: int = 1,
         return_scores: bool = False,
         max_input_length: int = 1024,
         max_decoding_length: int = 256,
         min_decoding_length: int = 1,
         end_token: Optional[str] = None,
-        disable_unk: bool = False,
-        max_batch_size: int = 0,
+        disable_unk: Optional[bool] = None,
+        max_batch_size: Optional[int] = None,
         batch_type: str = "examples",
+        max_length_factor: Optional[float] = None,
+        use_shortlist: Optional[bool] = None,
         progress=None,
     ) -> List[TranslationResult]:
         """Translate a batch of token lists; same arguments and defaults as
@@ -795,6 +802,8 @@ class Translator:
             disable_unk=disable_unk,
             max_batch_size=max_batch_size,
             batch_type=batch_type,
+            max_length_factor=max_length_factor,
+            use_shortlist=use_shortlist,
         )
         reporter = _set_progress(opts, progress, keep)
         src_ptrs, src_lens = self._token_arrays(source, keep, allow_none=False)
@@ -826,13 +835,19 @@ class Translator:
     def _translate_options(self, keep, *, beam_size, patience, length_penalty, num_hypotheses,
                            return_scores, max_input_length, max_decoding_length,
                            min_decoding_length, end_token, disable_unk, max_batch_size,
-                           batch_type):
+                           batch_type, max_length_factor=None, use_shortlist=None):
         if batch_type not in BATCH_TYPES:
             raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
-        opts = self._lib.tolk_translate_options_default()
-        opts.beam_size = int(beam_size)
+        # The model's defaults (a Marian package's beam size, length factor, ...); None
+        # arguments keep them.
+        opts = TolkTranslateOptions()
+        opts.struct_size = ctypes.sizeof(TolkTranslateOptions)
+        _check(self._lib, self._lib.tolk_translator_translate_options(self._ptr, ctypes.byref(opts)))
+        if beam_size is not None:
+            opts.beam_size = int(beam_size)
         opts.patience = float(patience)
-        opts.length_penalty = float(length_penalty)
+        if length_penalty is not None:
+            opts.length_penalty = float(length_penalty)
         opts.num_hypotheses = int(num_hypotheses)
         opts.return_scores = bool(return_scores)
         opts.max_input_length = int(max_input_length)
@@ -841,26 +856,34 @@ class Translator:
         end_b = _encode_token(end_token) if end_token is not None else None
         keep.append(end_b)
         opts.end_token = end_b
-        opts.disable_unk = bool(disable_unk)
-        opts.max_batch_size = int(max_batch_size)
+        if disable_unk is not None:
+            opts.disable_unk = bool(disable_unk)
+        if max_batch_size is not None:
+            opts.max_batch_size = int(max_batch_size)
         opts.batch_type = BATCH_TYPES[batch_type]
+        if max_length_factor is not None:
+            opts.max_length_factor = float(max_length_factor)
+        if use_shortlist is not None:
+            opts.use_shortlist = bool(use_shortlist)
         return opts
 
     def translate_text(
         self,
         text: Union[str, Sequence[str]],
         *,
-        beam_size: int = 2,
+        beam_size: Optional[int] = None,
         patience: float = 1.0,
-        length_penalty: float = 1.0,
+        length_penalty: Optional[float] = None,
         return_scores: bool = False,
         max_input_length: int = 1024,
         max_decoding_length: int = 256,
         min_decoding_length: int = 1,
         end_token: Optional[str] = None,
-        disable_unk: bool = False,
-        max_batch_size: int = 0,
+        disable_unk: Optional[bool] = None,
+        max_batch_size: Optional[int] = None,
         batch_type: str = "examples",
+        max_length_factor: Optional[float] = None,
+        use_shortlist: Optional[bool] = None,
         split: str = "sentences",
         max_sentence_tokens: int = 128,
         return_sentences: bool = False,
@@ -930,6 +953,8 @@ class Translator:
             disable_unk=disable_unk,
             max_batch_size=max_batch_size,
             batch_type=batch_type,
+            max_length_factor=max_length_factor,
+            use_shortlist=use_shortlist,
         )
         reporter = _set_progress(opts, progress, keep)
         text_opts = self._lib.tolk_text_options_default()

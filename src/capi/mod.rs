@@ -143,6 +143,13 @@ pub struct TolkTranslateOptions {
     pub progress: TolkProgressCallback,
     /// Passed as is to `progress`.
     pub progress_user_data: *mut c_void,
+    /// Decoding stops at this factor times the batch's longest source (Marian's
+    /// max-length-factor); 0 = no such bound (default 0; a Marian package's own value in
+    /// tolk_translator_translate_options).
+    pub max_length_factor: f32,
+    /// Restrict the output layer to the model's lexical shortlist when it has one
+    /// (default true).
+    pub use_shortlist: bool,
 }
 
 /// See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
@@ -482,10 +489,37 @@ pub unsafe extern "C" fn tolk_translator_free(translator: *mut TolkTranslator) {
     }
 }
 
-/// Default translation options (CTranslate2's translate_batch defaults).
+/// Default translation options (CTranslate2's translate_batch defaults). A model package
+/// may prescribe others (a Marian package's beam size, length factor, ...): see
+/// tolk_translator_translate_options, which translation calls use when options is NULL.
 #[no_mangle]
 pub extern "C" fn tolk_translate_options_default() -> TolkTranslateOptions {
-    let d = TranslateOptions::default();
+    c_options(&TranslateOptions::default())
+}
+
+/// The translation options a translator uses when a call passes NULL: CTranslate2's
+/// defaults with what the model's package prescribes (a Marian package's YAML: beam size,
+/// normalization, max-length-factor, mini-batch, `<unk>` suppression).
+///
+/// # Safety
+/// `translator` is NULL or a live translator; `out` is NULL or points to writable
+/// options whose `struct_size` the caller set (or 0 for this version's size).
+#[no_mangle]
+pub unsafe extern "C" fn tolk_translator_translate_options(translator: *const TolkTranslator, out: *mut TolkTranslateOptions) -> TolkStatus {
+    guard("tolk_translator_translate_options", || {
+        let translator = &*non_null(translator, "translator")?;
+        let out = non_null(out as *const TolkTranslateOptions, "out")? as *mut TolkTranslateOptions;
+        let options = c_options(&translator.translator.default_options());
+        let size = match (*out).struct_size {
+            0 => std::mem::size_of::<TolkTranslateOptions>() as u32,
+            size => size,
+        };
+        write_versioned(out, TolkTranslateOptions { struct_size: size, ..options }, size)?;
+        Ok(())
+    })
+}
+
+fn c_options(d: &TranslateOptions) -> TolkTranslateOptions {
     TolkTranslateOptions {
         struct_size: std::mem::size_of::<TolkTranslateOptions>() as u32,
         beam_size: d.beam_size as u32,
@@ -499,9 +533,14 @@ pub extern "C" fn tolk_translate_options_default() -> TolkTranslateOptions {
         end_token: ptr::null(),
         disable_unk: d.disable_unk,
         max_batch_size: d.max_batch_size as u32,
-        batch_type: TolkBatchType::TolkBatchExamples as u32,
+        batch_type: match d.batch_type {
+            BatchType::Examples => TolkBatchType::TolkBatchExamples as u32,
+            BatchType::Tokens => TolkBatchType::TolkBatchTokens as u32,
+        },
         progress: None,
         progress_user_data: ptr::null_mut(),
+        max_length_factor: d.max_length_factor,
+        use_shortlist: d.use_shortlist,
     }
 }
 
@@ -518,9 +557,13 @@ impl Progress {
     }
 }
 
-/// The options a caller passed (NULL = defaults), converted, and its progress callback.
-unsafe fn read_translate_options(options: *const TolkTranslateOptions) -> Result<(TranslateOptions, Progress), Error> {
-    let defaults = tolk_translate_options_default();
+/// The options a caller passed (NULL = the translator's defaults; fields past an older
+/// caller's struct_size too), converted, and its progress callback.
+unsafe fn read_translate_options(
+    translator: &TolkTranslator,
+    options: *const TolkTranslateOptions,
+) -> Result<(TranslateOptions, Progress), Error> {
+    let defaults = c_options(&translator.translator.default_options());
     let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
     let progress = Progress { callback: o.progress, user_data: o.progress_user_data };
     let batch_type = match o.batch_type {
@@ -541,6 +584,8 @@ unsafe fn read_translate_options(options: *const TolkTranslateOptions) -> Result
         disable_unk: o.disable_unk,
         max_batch_size: o.max_batch_size as usize,
         batch_type,
+        max_length_factor: o.max_length_factor,
+        use_shortlist: o.use_shortlist,
     };
     Ok((options, progress))
 }
@@ -606,7 +651,7 @@ pub unsafe extern "C" fn tolk_translate_batch(
         let out = non_null(out_result as *const *mut TolkResult, "out_result")? as *mut *mut TolkResult;
         *out = ptr::null_mut();
         let translator = &*non_null(translator, "translator")?;
-        let (opts, progress) = read_translate_options(options)?;
+        let (opts, progress) = read_translate_options(translator, options)?;
         let source = read_token_batch(source, source_lengths, batch_size, "source", "source_lengths")?;
         let prefix = if target_prefix.is_null() {
             None

@@ -201,7 +201,7 @@ unsafe fn translate(
 ) -> Result<(), Failure> {
     let out = non_null(out_result as *const *mut TolkTextResult, "out_result")? as *mut *mut TolkTextResult;
     let translator = &*non_null(translator, "translator")?;
-    let (options, progress) = read_translate_options(options)?;
+    let (options, progress) = read_translate_options(translator, options)?;
     let text_options = read_text_options(text_options)?;
     let translated = translator.translator.translate_text_with_progress(texts, &options, &text_options, &mut |done, total| {
         progress.report(done, total)

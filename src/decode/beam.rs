@@ -1,7 +1,7 @@
 //! Beam search with CTranslate2's exact bookkeeping: 2 x beam candidates per example and
 //! step, finished hypotheses replaced by the next unfinished candidates, `patience`
 //! deciding how many finished hypotheses end the search, forced target prefixes.
-use super::{disable, finalize, Hypotheses, SearchParams, StartTokens, StepDecoder};
+use super::{columns, disable, finalize, target_id, DecoderSession, Hypotheses, SearchParams, StartTokens};
 use crate::backend::cpu::{ops, Ctx};
 
 /// The `k` best (index, value) pairs of `values`, best first; the lower index wins ties.
@@ -39,15 +39,12 @@ struct Beams {
     finished: Vec<(Vec<u32>, f32)>,
 }
 
-pub fn beam_search<D: StepDecoder>(
-    ctx: &Ctx,
-    decoder: &D,
-    state: &mut D::State,
-    starts: &[StartTokens],
-    params: &SearchParams,
-) -> Vec<Hypotheses> {
+pub fn beam_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartTokens], params: &SearchParams) -> Vec<Hypotheses> {
     let beam = params.beam_size;
     let vocab = decoder.vocabulary_size();
+    let output = decoder.output_ids().map(<[u32]>::to_vec);
+    let output = output.as_deref();
+    let (disabled, end_columns) = (columns(&params.disabled_ids, output), columns(&params.end_ids, output));
     let num_candidates = 2 * beam;
     let max_candidates = (beam as f32 * params.patience).round() as usize;
     let allow_early_exit = params.length_penalty == 0.0;
@@ -66,7 +63,7 @@ pub fn beam_search<D: StepDecoder>(
     let mut sequences: Vec<Vec<u32>> = Vec::new();
     if !expand_after_first_step {
         let rows: Vec<usize> = (0..starts.len()).flat_map(|i| std::iter::repeat(i).take(beam)).collect();
-        decoder.select_rows(state, &rows);
+        decoder.select_rows(&rows);
         inputs = rows.iter().map(|&i| inputs[i]).collect();
         beam_scores = (0..rows.len()).map(|r| if r % beam == 0 { 0.0 } else { f32::MIN }).collect();
         sequences = vec![Vec::new(); rows.len()];
@@ -78,15 +75,15 @@ pub fn beam_search<D: StepDecoder>(
     for step in 0..params.max_length {
         let is_expanded = !expand_after_first_step || step > 0;
         let rows_per_example = if is_expanded { beam } else { 1 };
-        decoder.step(ctx, &inputs, state, &mut logits);
+        decoder.step(ctx, &inputs, &mut logits);
         // Candidates of each row: its best 2 x beam tokens by logit. Log-probabilities are
         // only formed for them (log_softmax is monotonic within a row), with the same
         // arithmetic as a full log-softmax: (logit - logsumexp) + beam score.
         row_candidates.clear();
         for (r, row) in logits.chunks_exact_mut(vocab).enumerate() {
-            disable(row, &params.disabled_ids);
+            disable(row, &disabled);
             if step < params.min_length {
-                disable(row, &params.end_ids);
+                disable(row, &end_columns);
             }
             let shift = ops::log_sum_exp(row);
             let beam_score = beam_scores.get(r).copied();
@@ -114,7 +111,7 @@ pub fn beam_search<D: StepDecoder>(
             candidates.truncate(num_candidates);
             // (word, score, source row) of each candidate.
             let mut cands: Vec<(u32, f32, usize)> =
-                candidates.iter().map(|&(flat, score)| ((flat % vocab) as u32, score, flat / vocab)).collect();
+                candidates.iter().map(|&(flat, score)| (target_id(flat % vocab, output), score, flat / vocab)).collect();
             let prefix = &starts[beams.example].prefix;
             if has_prefix && step <= prefix.len() {
                 for (k, c) in cands.iter_mut().enumerate() {
@@ -173,7 +170,7 @@ pub fn beam_search<D: StepDecoder>(
         if next_live.is_empty() {
             break;
         }
-        decoder.select_rows(state, &next_rows);
+        decoder.select_rows(&next_rows);
         live = next_live;
         inputs = next_inputs;
         beam_scores = next_scores;

@@ -1,17 +1,14 @@
 //! Greedy search: the arg-max token at each step. The log-probability of the chosen token
 //! is only computed when scores are requested (the arg-max of the logits is the same).
-use super::{disable, finalize, Hypotheses, SearchParams, StartTokens, StepDecoder};
+use super::{columns, disable, finalize, target_id, DecoderSession, Hypotheses, SearchParams, StartTokens};
 use crate::backend::cpu::{ops, Ctx};
 
-pub fn greedy_search<D: StepDecoder>(
-    ctx: &Ctx,
-    decoder: &D,
-    state: &mut D::State,
-    starts: &[StartTokens],
-    params: &SearchParams,
-) -> Vec<Hypotheses> {
+pub fn greedy_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartTokens], params: &SearchParams) -> Vec<Hypotheses> {
     let batch = starts.len();
     let vocab = decoder.vocabulary_size();
+    let output = decoder.output_ids().map(<[u32]>::to_vec);
+    let output = output.as_deref();
+    let (disabled, end_columns) = (columns(&params.disabled_ids, output), columns(&params.end_ids, output));
     let mut results: Vec<Option<Hypotheses>> = vec![None; batch];
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); batch];
     let mut scores = vec![0.0f32; batch];
@@ -21,15 +18,16 @@ pub fn greedy_search<D: StepDecoder>(
     let mut logits = Vec::new();
 
     for step in 0..params.max_length {
-        decoder.step(ctx, &inputs, state, &mut logits);
+        decoder.step(ctx, &inputs, &mut logits);
         let mut keep = Vec::with_capacity(alive.len());
         for (r, &ex) in alive.iter().enumerate() {
             let row = &mut logits[r * vocab..(r + 1) * vocab];
-            disable(row, &params.disabled_ids);
+            disable(row, &disabled);
             if step < params.min_length {
-                disable(row, &params.end_ids);
+                disable(row, &end_columns);
             }
-            let (mut word, mut score) = ops::argmax(row);
+            let (column, mut score) = ops::argmax(row);
+            let mut word = target_id(column, output);
             if params.return_scores {
                 // The log-probability of the arg-max, as a full log-softmax would give it.
                 score -= ops::log_sum_exp(row);
@@ -37,10 +35,9 @@ pub fn greedy_search<D: StepDecoder>(
             let prefix = &starts[ex].prefix;
             if step < prefix.len() {
                 // Forced prefix tokens do not count in the score (as in CTranslate2).
-                word = prefix[step] as usize;
+                word = prefix[step];
                 score = 0.0;
             }
-            let word = word as u32;
             tokens[ex].push(word);
             scores[ex] += score;
             let is_end = params.end_ids.contains(&word) && step >= prefix.len();
@@ -64,7 +61,7 @@ pub fn greedy_search<D: StepDecoder>(
             break;
         }
         if keep.len() != alive.len() {
-            decoder.select_rows(state, &keep);
+            decoder.select_rows(&keep);
             alive = keep.iter().map(|&r| alive[r]).collect();
             inputs = keep.iter().map(|&r| inputs[r]).collect();
         }

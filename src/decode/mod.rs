@@ -3,28 +3,21 @@
 pub mod beam;
 pub mod greedy;
 
-use crate::backend::cpu::Ctx;
+pub use crate::model::DecoderSession;
 
-/// One decoding step over all live rows: `ids[r]` is row r's last token; writes the
-/// logits [rows, vocabulary_size]. `select_rows` reorders/removes rows between steps.
-pub trait StepDecoder {
-    type State;
-    fn vocabulary_size(&self) -> usize;
-    fn step(&self, ctx: &Ctx, ids: &[u32], state: &mut Self::State, logits: &mut Vec<f32>);
-    fn select_rows(&self, state: &mut Self::State, rows: &[usize]);
+/// The logits columns of `ids` when the output is the subset `output` (sorted target ids);
+/// ids outside the subset have no column.
+pub(crate) fn columns(ids: &[u32], output: Option<&[u32]>) -> Vec<u32> {
+    match output {
+        None => ids.to_vec(),
+        Some(out) => ids.iter().filter_map(|id| out.binary_search(id).ok().map(|c| c as u32)).collect(),
+    }
 }
 
-impl StepDecoder for crate::model::Decoder {
-    type State = crate::model::DecoderState;
-    fn vocabulary_size(&self) -> usize {
-        crate::model::Decoder::vocabulary_size(self)
-    }
-    fn step(&self, ctx: &Ctx, ids: &[u32], state: &mut Self::State, logits: &mut Vec<f32>) {
-        crate::model::Decoder::step(self, ctx, ids, state, logits)
-    }
-    fn select_rows(&self, state: &mut Self::State, rows: &[usize]) {
-        state.select_rows(rows)
-    }
+/// The target id of logits column `column`.
+#[inline]
+pub(crate) fn target_id(column: usize, output: Option<&[u32]>) -> u32 {
+    output.map_or(column as u32, |out| out[column])
 }
 
 /// Decoding settings after validation (see `TranslateOptions` for their meaning).
@@ -85,29 +78,31 @@ pub(crate) fn finalize(mut hyps: Vec<(Vec<u32>, f32)>, n: usize, length_penalty:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::Ctx;
 
     /// A decoder whose logits depend only on the step: `table[step][token]`, the same for
-    /// every row. The state records which rows survive, to check the row bookkeeping.
+    /// every row. It records which rows survive, to check the row bookkeeping.
     struct Scripted {
         table: Vec<Vec<f32>>,
+        step: usize,
+        rows: Vec<usize>,
     }
 
-    impl StepDecoder for Scripted {
-        type State = (usize, Vec<usize>); // (step, live row ids)
+    impl DecoderSession for Scripted {
         fn vocabulary_size(&self) -> usize {
             self.table[0].len()
         }
-        fn step(&self, _ctx: &Ctx, ids: &[u32], state: &mut Self::State, logits: &mut Vec<f32>) {
-            assert_eq!(ids.len(), state.1.len(), "one input per live row");
-            let row = &self.table[state.0.min(self.table.len() - 1)];
+        fn step(&mut self, _ctx: &Ctx, ids: &[u32], logits: &mut Vec<f32>) {
+            assert_eq!(ids.len(), self.rows.len(), "one input per live row");
+            let row = &self.table[self.step.min(self.table.len() - 1)];
             logits.clear();
             for _ in ids {
                 logits.extend_from_slice(row);
             }
-            state.0 += 1;
+            self.step += 1;
         }
-        fn select_rows(&self, state: &mut Self::State, rows: &[usize]) {
-            state.1 = rows.iter().map(|&r| state.1[r]).collect();
+        fn select_rows(&mut self, rows: &[usize]) {
+            self.rows = rows.iter().map(|&r| self.rows[r]).collect();
         }
     }
 
@@ -132,17 +127,18 @@ mod tests {
     }
 
     // Vocabulary: 0 = <s>, 1 = </s>, 2..4 words. Step 0 prefers 2, step 1 prefers 3, then </s>.
-    fn scripted() -> Scripted {
+    fn scripted(rows: usize) -> Scripted {
         Scripted {
             table: vec![vec![-9.0, -5.0, 3.0, 1.0, 0.0], vec![-9.0, -5.0, 0.0, 3.0, 1.0], vec![-9.0, 4.0, 0.0, 0.0, 0.0]],
+            step: 0,
+            rows: (0..rows).collect(),
         }
     }
 
     #[test]
     fn greedy_follows_the_argmax_and_scores_with_log_probabilities() {
-        let d = scripted();
-        let mut state = (0, vec![0, 1]);
-        let out = greedy::greedy_search(&Ctx::default(), &d, &mut state, &start(2, vec![]), &params(1));
+        let mut d = scripted(2);
+        let out = greedy::greedy_search(&Ctx::default(), &mut d, &start(2, vec![]), &params(1));
         assert_eq!(out[0].ids, vec![vec![2, 3, EOS]]);
         let mut expected = 0.0;
         for (step, tok) in [(0, 2), (1, 3), (2, 1)] {
@@ -155,25 +151,23 @@ mod tests {
 
     #[test]
     fn greedy_forces_the_prefix_and_respects_min_and_max_length() {
-        let d = scripted();
         let mut p = params(1);
         p.max_length = 2;
-        let out = greedy::greedy_search(&Ctx::default(), &d, &mut (0, vec![0]), &start(1, vec![4]), &p);
+        let out = greedy::greedy_search(&Ctx::default(), &mut scripted(1), &start(1, vec![4]), &p);
         assert_eq!(out[0].ids, vec![vec![4, 3]], "prefix token forced, then cut at max_length");
         let mut p = params(1);
         p.min_length = 4;
         p.max_length = 5;
-        let out = greedy::greedy_search(&Ctx::default(), &d, &mut (0, vec![0]), &start(1, vec![]), &p);
+        let out = greedy::greedy_search(&Ctx::default(), &mut scripted(1), &start(1, vec![]), &p);
         assert_eq!(out[0].ids[0].len(), 5, "</s> is disabled before min_length");
         assert_ne!(out[0].ids[0][2], EOS);
     }
 
     #[test]
     fn beam_search_returns_sorted_n_best() {
-        let d = scripted();
         let mut p = params(3);
         p.num_hypotheses = 3;
-        let out = beam::beam_search(&Ctx::default(), &d, &mut (0, vec![0]), &start(1, vec![]), &p);
+        let out = beam::beam_search(&Ctx::default(), &mut scripted(1), &start(1, vec![]), &p);
         assert_eq!(out[0].ids.len(), 3);
         assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
         assert!(out[0].scores.windows(2).all(|w| w[0] >= w[1]));
@@ -181,10 +175,9 @@ mod tests {
 
     #[test]
     fn disabled_tokens_are_never_chosen() {
-        let d = scripted();
         let mut p = params(1);
         p.disabled_ids = vec![2];
-        let out = greedy::greedy_search(&Ctx::default(), &d, &mut (0, vec![0]), &start(1, vec![]), &p);
+        let out = greedy::greedy_search(&Ctx::default(), &mut scripted(1), &start(1, vec![]), &p);
         assert!(!out[0].ids[0].contains(&2));
     }
 }

@@ -1,4 +1,57 @@
 //! Readers for the model formats Tolk loads. Each reader turns files into plain data
 //! (named tensors, configuration, vocabularies); building layers is `model`'s job.
+//!
+//! The seam between the two is [`WeightSource`]: a model family's builder asks for
+//! tensors by their name in Tolk's spec tree (CTranslate2's variable names, plus a few
+//! of Tolk's own for what CTranslate2 cannot express, such as SSRU decoder layers), and
+//! each format presents its file under those names: CTranslate2's `model.bin` as stored,
+//! a Marian model through a name map.
 pub mod ct2;
 pub mod json;
+pub mod marian;
+pub mod package;
+pub mod shortlist;
+
+use crate::backend::SavedPrecision;
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// A weight as stored quantized (`w = q / scale`).
+pub enum Quantized {
+    /// One scale per row; `activation_scale` is a precomputed, fixed scale for the inputs
+    /// of the product (Marian's `*_QuantMultA` "alphas"), `None` = per row at run time;
+    /// `intgemm` asks for the products to reproduce intgemm's shifted int8 multiply.
+    Int8 { values: Vec<i8>, scales: Vec<f32>, activation_scale: Option<f32>, intgemm: bool },
+    /// One scale for the whole tensor.
+    Int16 { values: Vec<i16>, scale: f32 },
+}
+
+/// Named tensors and attributes of a model, under Tolk's spec names. Matrices are handed
+/// out as `[out, in]` (CTranslate2's layout) whatever the file stores.
+pub trait WeightSource {
+    /// The file the names come from, for error messages ("model.bin").
+    fn file_name(&self) -> &str;
+    /// Names of the stored variables (not aliases), each of which a builder must use.
+    fn variable_names(&self) -> Vec<String>;
+    /// The stored variable `name` refers to: itself, or the target of an alias (a tied weight).
+    fn stored_name(&self, name: &str) -> Option<String>;
+    fn contains(&self, name: &str) -> bool {
+        self.stored_name(name).is_some()
+    }
+    /// Shape of a variable, without reading its data.
+    fn shape(&self, name: &str) -> Option<Vec<usize>>;
+    /// Whether a stored variable is shared by several names (tied weights).
+    fn is_shared(&self, stored: &str) -> bool;
+    /// A variable as float32 (dequantized or widened as needed).
+    fn tensor(&self, name: &str) -> Result<Tensor>;
+    /// A weight's stored quantized values, `None` when it is stored as floats.
+    fn quantized(&self, name: &str) -> Result<Option<Quantized>>;
+    /// A scalar attribute as a float.
+    fn scalar(&self, name: &str) -> Result<Option<f64>>;
+    /// Whether a scalar attribute is stored as a boolean flag (rather than a value).
+    fn is_flag(&self, name: &str) -> bool;
+    /// What the matrices are saved as: decides the default compute type.
+    fn saved_precision(&self) -> SavedPrecision;
+    /// The stored data of a variable is no longer needed (its pages may be dropped).
+    fn release(&self, _stored: &str) {}
+}

@@ -10,14 +10,14 @@ use crate::backend::cpu::packed::PackedMatrix;
 use crate::backend::cpu::weight::PackedWeight;
 use crate::backend::cpu::{ops, Ctx};
 use crate::error::{Error, Result};
-use crate::format::ct2::{ModelBin, Quantized};
+use crate::backend::ComputeType;
+use crate::format::{Quantized, WeightSource};
 use crate::tensor::Tensor;
-use crate::ComputeType;
 
-/// Reads weights by their CTranslate2 name and remembers which names were used, so that
-/// any variable the model builder did not understand is reported instead of ignored.
+/// Reads weights by their spec name (CTranslate2's) and remembers which names were used,
+/// so that any variable the model builder did not understand is reported instead of ignored.
 pub struct WeightReader<'a> {
-    bin: &'a ModelBin,
+    source: &'a dyn WeightSource,
     /// What weights are converted to (concrete: float32, int8 or int16).
     compute_type: ComputeType,
     used: RefCell<BTreeSet<String>>,
@@ -31,9 +31,9 @@ pub struct WeightReader<'a> {
 pub type Weight = Arc<Tensor>;
 
 impl<'a> WeightReader<'a> {
-    pub fn new(bin: &'a ModelBin, compute_type: ComputeType) -> Self {
+    pub fn new(source: &'a dyn WeightSource, compute_type: ComputeType) -> Self {
         WeightReader {
-            bin,
+            source,
             compute_type,
             used: RefCell::new(BTreeSet::new()),
             converted: RefCell::new(HashMap::new()),
@@ -48,30 +48,28 @@ impl<'a> WeightReader<'a> {
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.bin.contains(name)
+        self.source.contains(name)
+    }
+
+    fn missing(&self, name: &str) -> Error {
+        Error::invalid_model(format!("{}: missing variable {name:?}", self.source.file_name()))
     }
 
     /// The stored shape of a variable, without converting its data.
     pub fn dims(&self, name: &str) -> Result<Vec<usize>> {
-        self.bin
-            .resolve(name)
-            .map(|v| v.shape.clone())
-            .ok_or_else(|| Error::invalid_model(format!("model.bin: missing variable {name:?}")))
+        self.source.shape(name).ok_or_else(|| self.missing(name))
     }
 
     pub fn tensor(&self, name: &str) -> Result<Weight> {
         self.mark(name);
-        let stored = match self.bin.resolve(name) {
-            Some(v) => v.name.clone(),
-            None => return Err(Error::invalid_model(format!("model.bin: missing variable {name:?}"))),
-        };
+        let stored = self.stored_name(name).ok_or_else(|| self.missing(name))?;
         if let Some(t) = self.converted.borrow().get(&stored) {
             return Ok(Arc::clone(t));
         }
-        let t = Arc::new(self.bin.tensor(&stored)?);
+        let t = Arc::new(self.source.tensor(&stored)?);
         // Only tensors that aliases point to are kept for sharing; the others are released
         // as soon as their layer has packed them, which keeps the loading peak low.
-        if self.bin.is_alias_target(&stored) {
+        if self.source.is_shared(&stored) {
             self.converted.borrow_mut().insert(stored, Arc::clone(&t));
         }
         Ok(t)
@@ -79,7 +77,7 @@ impl<'a> WeightReader<'a> {
 
     /// The stored variable a name refers to (after aliases).
     pub fn stored_name(&self, name: &str) -> Option<String> {
-        self.bin.resolve(name).map(|v| v.name.clone())
+        self.source.stored_name(name)
     }
 
     /// A weight `[n, k]` converted to the compute type and packed; shared weights are
@@ -88,24 +86,27 @@ impl<'a> WeightReader<'a> {
         let stored = self.stored_name(name).unwrap_or_default();
         if let Some(p) = self.packed.borrow().get(&stored) {
             if (p.rows(), p.cols()) != (n, k) {
-                return Err(Error::invalid_model(format!("model.bin: {name} is [{}, {}], expected [{n}, {k}]", p.rows(), p.cols())));
+                let file = self.source.file_name();
+                return Err(Error::invalid_model(format!("{file}: {name} is [{}, {}], expected [{n}, {k}]", p.rows(), p.cols())));
             }
             self.mark(name);
             return Ok(Arc::clone(p));
         }
         let dims = self.dims(name)?;
         if dims != [n, k] {
-            return Err(Error::invalid_model(format!("model.bin: {name} has shape {dims:?}, expected [{n}, {k}]")));
+            let file = self.source.file_name();
+            return Err(Error::invalid_model(format!("{file}: {name} has shape {dims:?}, expected [{n}, {k}]")));
         }
         let saved = match self.compute_type {
-            ComputeType::Int8 | ComputeType::Int16 => self.bin.quantized(name)?,
+            ComputeType::Int8 | ComputeType::Int16 => self.source.quantized(name)?,
             _ => None,
         };
         let p = Arc::new(match (self.compute_type, saved) {
             // Saved in the compute type: used as is, exactly as CTranslate2 does.
-            (ComputeType::Int8, Some(Quantized::Int8 { values, scales })) => {
+            (ComputeType::Int8, Some(Quantized::Int8 { values, scales, activation_scale, intgemm })) => {
                 self.mark(name);
-                PackedWeight::Int8(PackedI8Matrix::from_quantized(&values, scales, n, k))
+                let packed = PackedI8Matrix::from_quantized(&values, scales, n, k);
+                PackedWeight::Int8(packed.with_activation_scale(activation_scale).with_intgemm_emulation(intgemm))
             }
             // Otherwise through float32 (int8 <-> int16 dequantize and requantize).
             (ComputeType::Int8, _) => PackedWeight::Int8(PackedI8Matrix::quantize(&self.tensor(name)?, n, k)),
@@ -116,8 +117,8 @@ impl<'a> WeightReader<'a> {
             (ComputeType::Int16, _) => PackedWeight::Int16(PackedI16Matrix::quantize(&self.tensor(name)?, n, k)),
             _ => PackedWeight::Float32(PackedMatrix::pack(&self.tensor(name)?, n, k)),
         });
-        self.bin.release_variable(&stored);
-        if self.bin.is_alias_target(&stored) {
+        self.source.release(&stored);
+        if self.source.is_shared(&stored) {
             self.packed.borrow_mut().insert(stored, Arc::clone(&p));
         }
         Ok(p)
@@ -135,7 +136,7 @@ impl<'a> WeightReader<'a> {
     }
 
     pub fn opt_tensor(&self, name: &str) -> Result<Option<Weight>> {
-        if self.bin.contains(name) {
+        if self.source.contains(name) {
             self.tensor(name).map(Some)
         } else {
             Ok(None)
@@ -144,7 +145,7 @@ impl<'a> WeightReader<'a> {
 
     pub fn scalar(&self, name: &str) -> Result<Option<f64>> {
         self.mark(name);
-        self.bin.scalar(name)
+        self.source.scalar(name)
     }
 
     pub fn flag(&self, name: &str, default: bool) -> Result<bool> {
@@ -157,18 +158,19 @@ impl<'a> WeightReader<'a> {
     pub fn ensure_all_used(&self) -> Result<()> {
         let used = self.used.borrow();
         let mut unknown = Vec::new();
-        for name in self.bin.variable_names() {
+        let names = self.source.variable_names();
+        for name in &names {
             if used.contains(name) {
                 continue;
             }
             let is_disabled_flag = self
-                .bin
-                .resolve(name)
-                .filter(|v| v.num_elements() == 1 && v.shape.len() <= 1)
-                .and_then(|_| self.bin.scalar(name).ok().flatten())
+                .source
+                .shape(name)
+                .filter(|shape| shape.len() <= 1 && shape.iter().product::<usize>() == 1)
+                .and_then(|_| self.source.scalar(name).ok().flatten())
                 .is_some_and(|v| v == 0.0);
             if !is_disabled_flag {
-                unknown.push(name);
+                unknown.push(name.as_str());
             }
         }
         if unknown.is_empty() {
@@ -251,6 +253,15 @@ impl Linear {
         &self.weight
     }
 
+    /// This layer restricted to the output features `ids` (a vocabulary subset): the
+    /// product then costs `ids.len()` rows instead of all of them.
+    pub fn select_rows(&self, ids: &[u32]) -> Linear {
+        Linear {
+            weight: Arc::new(self.weight.gather_rows(ids)),
+            bias: self.bias.as_ref().map(|b| Arc::new(Tensor::from_vec(ids.iter().map(|&i| b[i as usize]).collect(), vec![ids.len()]))),
+        }
+    }
+
     /// `forward` followed by ReLU, fused where the kernel can.
     pub fn forward_relu(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
         self.resize_output(rows, out);
@@ -306,8 +317,9 @@ impl Norm {
 pub enum Positions {
     /// A stored table [max_positions, d] (learned, or sinusoids saved by the converter).
     Table(Weight),
-    /// Sinusoids generated as CTranslate2 does: position p uses (p + 1), [sin | cos] halves.
-    Sinusoidal { dim: usize },
+    /// Sinusoids with [sin | cos] halves; position p uses (p + start): CTranslate2 starts
+    /// at 1, Marian at 0 (its models say so with a `position_start` attribute).
+    Sinusoidal { dim: usize, start: usize },
 }
 
 impl Positions {
@@ -324,7 +336,8 @@ impl Positions {
                 if dim < 4 || dim % 2 != 0 {
                     return Err(Error::invalid_model(format!("sinusoidal positions need an even model dimension >= 4, got {dim}")));
                 }
-                Ok(Positions::Sinusoidal { dim })
+                let start = w.scalar(&format!("{scope}/position_start"))?.unwrap_or(1.0);
+                Ok(Positions::Sinusoidal { dim, start: start.clamp(0.0, 1.0) as usize })
             }
         }
     }
@@ -341,10 +354,10 @@ impl Positions {
     pub fn add(&self, position: usize, x: &mut [f32]) {
         match self {
             Positions::Table(t) => ops::add_assign(x, t.row(position)),
-            Positions::Sinusoidal { dim } => {
+            Positions::Sinusoidal { dim, start } => {
                 let half = dim / 2;
                 let increment = 10000f32.ln() / (half - 1) as f32;
-                let p = (position + 1) as f32;
+                let p = (position + start) as f32;
                 for j in 0..half {
                     let timescale = (-increment * j as f32).exp();
                     let t = p * timescale;
@@ -359,18 +372,12 @@ impl Positions {
 /// How embeddings are scaled: CTranslate2's `scale_embeddings` is a flag (sqrt(d)) or a value.
 pub fn embeddings_scale(w: &WeightReader, scope: &str, dim: usize) -> Result<Option<f32>> {
     let name = format!("{scope}/scale_embeddings");
-    let raw = w.bin_raw_dtype_is_int8(&name);
+    let raw = w.source.is_flag(&name);
     Ok(match (w.scalar(&name)?, raw) {
         (None, _) => Some((dim as f32).sqrt()),
         (Some(v), true) => (v != 0.0).then(|| (dim as f32).sqrt()),
         (Some(v), false) => (v != 1.0).then_some(v as f32),
     })
-}
-
-impl WeightReader<'_> {
-    fn bin_raw_dtype_is_int8(&self, name: &str) -> bool {
-        self.bin.resolve(name).map(|v| v.dtype == crate::format::ct2::DType::I8).unwrap_or(false)
-    }
 }
 
 /// An embedding table: dense float rows, or packed rows read back dequantized: the output

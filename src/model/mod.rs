@@ -1,37 +1,127 @@
 //! Models built from weights: immutable after loading and shared (through `Arc`) by every
 //! translator that uses them.
+//!
+//! Every family sits behind [`TranslationModel`]: vocabularies, special tokens, position
+//! limits, and a [`DecoderSession`] per batch (encode once, then one step at a time).
+//! Decoding, the translator, the text API and the C API use only this interface.
 pub mod attention;
 pub mod layers;
+pub mod marian;
 pub mod transformer;
 
 use std::path::Path;
 
+use crate::backend::cpu::Ctx;
+use crate::backend::{ComputeType, SavedPrecision};
 use crate::error::{Error, Result};
-use crate::format::ct2::{Ct2Config, Ct2Dir, DType, Vocabulary};
-use crate::ComputeType;
+use crate::format::ct2::{Ct2Config, Ct2Dir, Vocabulary};
+use crate::format::WeightSource;
 use layers::WeightReader;
 pub use transformer::{Decoder, DecoderState, Encoder, EncoderOutput};
+
+/// The tokens a model's inputs and outputs are framed with, and how sources are framed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecialTokens {
+    pub bos: String,
+    pub eos: String,
+    pub unk: String,
+    /// `None`: the first target prefix token starts decoding.
+    pub decoder_start: Option<String>,
+    pub add_source_bos: bool,
+    pub add_source_eos: bool,
+}
+
+impl From<&Ct2Config> for SpecialTokens {
+    fn from(c: &Ct2Config) -> SpecialTokens {
+        SpecialTokens {
+            bos: c.bos_token.clone(),
+            eos: c.eos_token.clone(),
+            unk: c.unk_token.clone(),
+            decoder_start: c.decoder_start_token.clone(),
+            add_source_bos: c.add_source_bos,
+            add_source_eos: c.add_source_eos,
+        }
+    }
+}
+
+/// Decoding settings a model package prescribes (Marian's YAML); options the caller
+/// leaves at their defaults take these.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PackageDecoding {
+    pub beam_size: Option<usize>,
+    /// Length normalization exponent (Marian's `normalize`).
+    pub length_penalty: Option<f32>,
+    /// Score added per generated word (Marian's `word-penalty`).
+    pub word_penalty: Option<f32>,
+    /// Maximum target length as a factor of the source length.
+    pub max_length_factor: Option<f32>,
+    pub max_batch_size: Option<usize>,
+    /// Whether `<unk>` may be generated (Marian suppresses it unless `allow-unk`).
+    pub allow_unk: bool,
+}
+
+/// A translation model of any family.
+pub trait TranslationModel: Send + Sync {
+    /// What the model is, for logs and `--verbose` ("CTranslate2 Transformer", ...).
+    fn description(&self) -> String;
+    fn source_vocabulary(&self) -> &Vocabulary;
+    fn target_vocabulary(&self) -> &Vocabulary;
+    fn special_tokens(&self) -> &SpecialTokens;
+    /// The longest source the encoder's positions support (`None` = unbounded).
+    fn max_source_positions(&self) -> Option<usize>;
+    /// The longest target the decoder's positions support (`None` = unbounded).
+    fn max_target_positions(&self) -> Option<usize>;
+    /// What the weights were built for (concrete: float32, int8 or int16).
+    fn compute_type(&self) -> ComputeType;
+    /// What the file stores (decides `ComputeType::Default` when loading again).
+    fn saved_precision(&self) -> SavedPrecision;
+    /// Decoding settings of the model's package, if it prescribes any.
+    fn package_decoding(&self) -> PackageDecoding {
+        PackageDecoding { allow_unk: true, ..PackageDecoding::default() }
+    }
+    /// The output vocabulary for a batch when the model restricts it (a lexical shortlist):
+    /// sorted target ids. `None` = the whole vocabulary.
+    fn output_candidates(&self, _sources: &[Vec<u32>]) -> Option<Vec<u32>> {
+        None
+    }
+    /// Encodes a batch and returns its decoder, one row per source. With `output_ids`
+    /// (sorted, unique), the logits of each step cover only those target ids, in that order.
+    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>) -> Result<Box<dyn DecoderSession + 'a>>;
+}
+
+/// One batch being decoded: the rows (hypotheses) and what the decoder keeps for them.
+pub trait DecoderSession {
+    /// Width of a logits row: the vocabulary, or the output subset.
+    fn vocabulary_size(&self) -> usize;
+    /// The target id of each logits column when the output is a subset (sorted).
+    fn output_ids(&self) -> Option<&[u32]> {
+        None
+    }
+    /// Runs one step for every row with input `ids` (one per row, target ids) and writes
+    /// the logits `[rows, vocabulary_size]`.
+    fn step(&mut self, ctx: &Ctx, ids: &[u32], logits: &mut Vec<f32>);
+    /// Keeps rows `rows[i]` as the new row `i` (beam reordering, finished rows removed).
+    fn select_rows(&mut self, rows: &[usize]);
+}
 
 /// Spec names of CTranslate2 encoder-decoder Transformers (older converters used the last two).
 const TRANSFORMER_SPECS: [&str; 3] = ["TransformerSpec", "TransformerBase", "TransformerBig"];
 
-/// A CTranslate2 Transformer translation model with its vocabularies.
+/// An encoder-decoder Transformer with its vocabularies: CTranslate2's `TransformerSpec`.
 pub struct TransformerModel {
     pub encoder: Encoder,
     pub decoder: Decoder,
-    pub config: Ct2Config,
+    pub special_tokens: SpecialTokens,
     pub source_vocabulary: Vocabulary,
     pub target_vocabulary: Vocabulary,
-    pub binary_version: u32,
-    pub spec_revision: u32,
     /// What the weights were built for (concrete: float32, int8 or int16).
     pub compute_type: ComputeType,
-    /// The dtype the model file stores its weights in.
-    pub saved_weight_type: DType,
+    /// What the model file stores its weights as.
+    pub saved_precision: SavedPrecision,
 }
 
 impl TransformerModel {
-    /// Loads and builds the model with weights converted for `compute_type`.
+    /// Loads a CTranslate2 model directory with weights converted for `compute_type`.
     pub fn load(dir: &Path, compute_type: ComputeType) -> Result<TransformerModel> {
         let Ct2Dir { bin, config, source_vocabulary, target_vocabulary } = Ct2Dir::open(dir)?;
         if !TRANSFORMER_SPECS.contains(&bin.spec_name.as_str()) {
@@ -40,14 +130,34 @@ impl TransformerModel {
                 bin.spec_name
             )));
         }
-        let saved_weight_type = bin.saved_weight_type();
-        let compute_type = compute_type.resolve(saved_weight_type);
-        let w = WeightReader::new(&bin, compute_type);
-        let encoder = Encoder::load(&w, config.layer_norm_epsilon)?;
-        let decoder = Decoder::load(&w, config.layer_norm_epsilon)?;
+        let model = TransformerModel::build(
+            &bin,
+            compute_type,
+            config.layer_norm_epsilon,
+            SpecialTokens::from(&config),
+            source_vocabulary,
+            target_vocabulary,
+        )?;
+        bin.release_pages();
+        Ok(model)
+    }
+
+    /// Builds the layers from any weight source that presents the spec's names.
+    pub fn build(
+        source: &dyn WeightSource,
+        compute_type: ComputeType,
+        layer_norm_epsilon: Option<f32>,
+        special_tokens: SpecialTokens,
+        source_vocabulary: Vocabulary,
+        target_vocabulary: Vocabulary,
+    ) -> Result<TransformerModel> {
+        let saved_precision = source.saved_precision();
+        let compute_type = compute_type.resolve(saved_precision);
+        let w = WeightReader::new(source, compute_type);
+        let encoder = Encoder::load(&w, layer_norm_epsilon)?;
+        let decoder = Decoder::load(&w, layer_norm_epsilon)?;
         w.ensure_all_used()?;
         drop(w);
-        bin.release_pages();
         if source_vocabulary.len() != encoder.vocabulary_size() {
             return Err(Error::invalid_model(format!(
                 "the source vocabulary has {} tokens but the encoder embeddings have {} rows",
@@ -64,15 +174,45 @@ impl TransformerModel {
             )));
         }
         Ok(TransformerModel {
-            binary_version: bin.binary_version,
-            spec_revision: bin.spec_revision,
             compute_type,
-            saved_weight_type,
+            saved_precision,
             encoder,
             decoder,
-            config,
+            special_tokens,
             source_vocabulary,
             target_vocabulary,
         })
+    }
+}
+
+impl TranslationModel for TransformerModel {
+    fn description(&self) -> String {
+        "CTranslate2 Transformer".into()
+    }
+    fn source_vocabulary(&self) -> &Vocabulary {
+        &self.source_vocabulary
+    }
+    fn target_vocabulary(&self) -> &Vocabulary {
+        &self.target_vocabulary
+    }
+    fn special_tokens(&self) -> &SpecialTokens {
+        &self.special_tokens
+    }
+    fn max_source_positions(&self) -> Option<usize> {
+        self.encoder.max_positions()
+    }
+    fn max_target_positions(&self) -> Option<usize> {
+        self.decoder.max_positions()
+    }
+    fn compute_type(&self) -> ComputeType {
+        self.compute_type
+    }
+    fn saved_precision(&self) -> SavedPrecision {
+        self.saved_precision
+    }
+    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>) -> Result<Box<dyn DecoderSession + 'a>> {
+        let memory = self.encoder.forward(ctx, sources);
+        let state = self.decoder.initial_state(ctx, &memory, output_ids)?;
+        Ok(Box::new(transformer::TransformerSession { decoder: &self.decoder, state }))
     }
 }

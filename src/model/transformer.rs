@@ -1,10 +1,12 @@
 //! The Transformer encoder-decoder of CTranslate2's `TransformerSpec`, built from the
 //! weights by name. The model is immutable; everything a translation mutates lives in
 //! `EncoderOutput` and `DecoderState`.
+use crate::backend::cpu::attention::{attend_row, attend_row_padded, KvView};
 use crate::backend::cpu::{ops, Ctx};
 use crate::error::{Error, Result};
-use crate::model::attention::{attend_row, attend_row_padded, CrossAttention, FeedForward, KvView, Scratch, SelfAttention};
+use crate::model::attention::{CrossAttention, FeedForward, Scratch, SelfAttention, Ssru};
 use crate::model::layers::{embeddings_scale, EmbeddingTable, Linear, Norm, Positions, WeightReader};
+use crate::model::DecoderSession;
 
 /// Options shared by the layers of one stack.
 struct StackOptions {
@@ -27,8 +29,16 @@ pub struct Encoder {
     opts: StackOptions,
 }
 
+/// What a decoder layer attends to its own past with.
+enum DecoderSelfAttention {
+    /// Multi-head self-attention over cached keys and values.
+    Attention(SelfAttention),
+    /// A simpler simple recurrent unit (Marian's `dec-cell: ssru`): one state vector per row.
+    Ssru(Ssru),
+}
+
 pub struct DecoderLayer {
-    self_attention: SelfAttention,
+    self_attention: DecoderSelfAttention,
     cross_attention: CrossAttention,
     ffn: FeedForward,
 }
@@ -201,10 +211,19 @@ pub struct EncoderOutput {
     pub dim: usize,
 }
 
+/// The output layer of one batch restricted to a vocabulary subset (a shortlist).
+struct OutputSubset {
+    ids: Vec<u32>,
+    projection: Linear,
+}
+
 /// What the decoder carries between steps for the rows (hypotheses) being decoded.
 pub struct DecoderState {
     /// For each row, the batch example whose encoder output it attends to.
     row_example: Vec<usize>,
+    /// SSRU cell states per layer: [rows, d] (empty for attention layers).
+    cells: Vec<Vec<f32>>,
+    output: Option<OutputSubset>,
     /// Cached self-attention keys and values: [layer][row] -> [steps, d].
     self_keys: Vec<Vec<Vec<f32>>>,
     self_values: Vec<Vec<Vec<f32>>>,
@@ -267,6 +286,10 @@ impl DecoderState {
             let mut u = uses.clone();
             reorder(&mut self.self_values[l], &mut u);
         }
+        for cells in self.cells.iter_mut().filter(|c| !c.is_empty()) {
+            let d = cells.len() / self.row_example.len();
+            *cells = sources.iter().flat_map(|&s| cells[s * d..(s + 1) * d].iter().copied()).collect();
+        }
         self.row_example = sources.iter().map(|&s| self.row_example[s]).collect();
     }
 }
@@ -288,8 +311,13 @@ impl Decoder {
         let mut layers = Vec::with_capacity(n);
         for i in 0..n {
             let s = format!("{scope}/layer_{i}");
+            let self_attention = if w.contains(&format!("{s}/ssru/linear_0/weight")) {
+                DecoderSelfAttention::Ssru(Ssru::load(w, &format!("{s}/ssru"), d, eps)?)
+            } else {
+                DecoderSelfAttention::Attention(SelfAttention::load(w, &format!("{s}/self_attention"), d, eps)?)
+            };
             layers.push(DecoderLayer {
-                self_attention: SelfAttention::load(w, &format!("{s}/self_attention"), d, eps)?,
+                self_attention,
                 cross_attention: CrossAttention::load(w, &format!("{s}/attention"), d, eps)?,
                 ffn: FeedForward::load(w, &format!("{s}/ffn"), d, eps, activation)?,
             });
@@ -325,8 +353,22 @@ impl Decoder {
     }
 
     /// Prepares the state for one row per batch example; cross-attention keys/values are
-    /// projected once here for every layer.
-    pub fn initial_state(&self, ctx: &Ctx, memory: &EncoderOutput) -> DecoderState {
+    /// projected once here for every layer. With `output_ids` (sorted target ids), the
+    /// output layer of this batch is restricted to them.
+    pub fn initial_state(&self, ctx: &Ctx, memory: &EncoderOutput, output_ids: Option<Vec<u32>>) -> Result<DecoderState> {
+        let vocabulary = self.vocabulary_size();
+        let output = match output_ids {
+            Some(ids) => {
+                if ids.is_empty() || ids.windows(2).any(|w| w[0] >= w[1]) || ids.last().is_some_and(|&i| i as usize >= vocabulary) {
+                    return Err(Error::invalid_argument(format!(
+                        "an output vocabulary subset must be sorted, unique, non-empty ids below {vocabulary}"
+                    )));
+                }
+                let projection = self.projection.select_rows(&ids);
+                Some(OutputSubset { ids, projection })
+            }
+            None => None,
+        };
         let total: usize = memory.lengths.iter().sum();
         let memory_kv = self
             .layers
@@ -338,8 +380,19 @@ impl Decoder {
             })
             .collect();
         let rows = memory.lengths.len();
-        DecoderState {
+        let d = self.embeddings.dim();
+        let cells = self
+            .layers
+            .iter()
+            .map(|l| match l.self_attention {
+                DecoderSelfAttention::Ssru(_) => vec![0.0; rows * d],
+                DecoderSelfAttention::Attention(_) => Vec::new(),
+            })
+            .collect();
+        Ok(DecoderState {
             row_example: (0..rows).collect(),
+            cells,
+            output,
             self_keys: vec![vec![Vec::new(); rows]; self.layers.len()],
             self_values: vec![vec![Vec::new(); rows]; self.layers.len()],
             memory_kv,
@@ -348,7 +401,7 @@ impl Decoder {
             step: 0,
             scratch: Scratch::default(),
             x: Vec::new(),
-        }
+        })
     }
 
     /// Runs one decoding step for every row of `state` with input `ids` (one per row) and
@@ -376,14 +429,18 @@ impl Decoder {
         }
         let mut scratch = std::mem::take(&mut state.scratch);
         for (l, layer) in self.layers.iter().enumerate() {
-            self.self_attention_step(ctx, l, &layer.self_attention, &mut x, state, &mut scratch);
+            match &layer.self_attention {
+                DecoderSelfAttention::Attention(block) => self.self_attention_step(ctx, l, block, &mut x, state, &mut scratch),
+                DecoderSelfAttention::Ssru(block) => self.ssru_step(ctx, block, &mut x, &mut state.cells[l], &mut scratch),
+            }
             self.cross_attention_step(ctx, l, &layer.cross_attention, &mut x, state, &mut scratch);
             layer.ffn.forward(ctx, &mut x, rows, self.opts.pre_norm, &mut scratch);
         }
         if let Some(norm) = &self.final_norm {
             norm.forward(&mut x);
         }
-        self.projection.forward(ctx, &x, rows, logits);
+        let projection = state.output.as_ref().map_or(&self.projection, |o| &o.projection);
+        projection.forward(ctx, &x, rows, logits);
         state.scratch = scratch;
         state.x = x;
         state.step += 1;
@@ -453,6 +510,19 @@ impl Decoder {
         self.finish_block(&block.norm, x, &scratch.proj);
     }
 
+    /// `c = f * c + (1 - f) * (W x)` with `f = sigmoid(Wf x + bf)`, output `relu(c)`, then
+    /// the residual and norm like any sub-layer.
+    fn ssru_step(&self, ctx: &Ctx, block: &Ssru, x: &mut [f32], cells: &mut [f32], scratch: &mut Scratch) {
+        let rows = cells.len() / self.embeddings.dim().max(1);
+        let mut normed = std::mem::take(&mut scratch.normed);
+        let input = self.normed_input(&block.norm, x, &mut normed);
+        block.input.forward(ctx, input, rows, &mut scratch.hidden);
+        block.forget.forward(ctx, input, rows, &mut scratch.query);
+        ops::ssru_update(cells, &scratch.hidden, &scratch.query, &mut scratch.proj);
+        scratch.normed = normed;
+        self.finish_block(&block.norm, x, &scratch.proj);
+    }
+
     fn cross_attention_step(
         &self,
         ctx: &Ctx,
@@ -502,5 +572,26 @@ impl Decoder {
         scratch.normed = normed;
         block.out.forward(ctx, &scratch.context, rows, &mut scratch.proj);
         self.finish_block(&block.norm, x, &scratch.proj);
+    }
+}
+
+/// A batch being decoded by a [`Decoder`].
+pub struct TransformerSession<'a> {
+    pub(crate) decoder: &'a Decoder,
+    pub(crate) state: DecoderState,
+}
+
+impl DecoderSession for TransformerSession<'_> {
+    fn vocabulary_size(&self) -> usize {
+        self.state.output.as_ref().map_or(self.decoder.vocabulary_size(), |o| o.ids.len())
+    }
+    fn output_ids(&self) -> Option<&[u32]> {
+        self.state.output.as_ref().map(|o| o.ids.as_slice())
+    }
+    fn step(&mut self, ctx: &Ctx, ids: &[u32], logits: &mut Vec<f32>) {
+        self.decoder.step(ctx, ids, &mut self.state, logits)
+    }
+    fn select_rows(&mut self, rows: &[usize]) {
+        self.state.select_rows(rows)
     }
 }

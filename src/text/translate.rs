@@ -101,10 +101,10 @@ fn max_pieces_per_unit(translator: &Translator, options: &TranslateOptions, text
     if options.max_input_length > 0 {
         max_tokens = max_tokens.min(options.max_input_length);
     }
-    if let Some(positions) = model.encoder.max_positions() {
+    if let Some(positions) = model.max_source_positions() {
         max_tokens = max_tokens.min(positions);
     }
-    let specials = model.config.add_source_bos as usize + model.config.add_source_eos as usize;
+    let specials = model.special_tokens().add_source_bos as usize + model.special_tokens().add_source_eos as usize;
     if max_tokens <= specials {
         return Err(Error::invalid_argument(format!(
             "max_sentence_tokens / max_input_length of {max_tokens} leave no room for a piece beside the {specials} special token(s)"

@@ -569,13 +569,14 @@ def test_last_error_is_thread_local(tolk, tmp_path):
 
 
 def test_progress_struct_fields(tolk):
-    """The binding's TolkTranslateOptions ends with the progress callback and its user
-    data, as the header's; the default has no callback."""
+    """The binding's TolkTranslateOptions has the progress callback and its user data
+    after batch_type, then the fields added since, as the header's; the default has no
+    callback."""
     lib = tolk._get_lib()
     o = lib.tolk_translate_options_default()
     assert o.struct_size == ctypes.sizeof(tolk.TolkTranslateOptions)
     names = [f[0] for f in tolk.TolkTranslateOptions._fields_]
-    assert names[-3:] == ["batch_type", "progress", "progress_user_data"]
+    assert names[-5:] == ["batch_type", "progress", "progress_user_data", "max_length_factor", "use_shortlist"]
     assert not o.progress and o.progress_user_data is None
     assert tolk.TolkTranslateOptions.progress.offset % ctypes.alignment(ctypes.c_void_p) == 0
     assert tolk.status_string(tolk.Status.ERROR_CANCELLED) == "cancelled"

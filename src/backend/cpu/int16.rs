@@ -89,6 +89,18 @@ impl PackedI16Matrix {
         }
     }
 
+    /// The rows `ids` as a new matrix (an output layer restricted to a shortlist).
+    pub fn gather_rows(&self, ids: &[u32]) -> PackedI16Matrix {
+        let mut q = vec![0i16; ids.len() * self.k];
+        for (row, &id) in q.chunks_exact_mut(self.k.max(1)).zip(ids) {
+            let (panel, lane) = (self.panel(id as usize / NR), id as usize % NR);
+            for (kk, o) in row.iter_mut().enumerate() {
+                *o = panel[(kk / 2) * NR * 2 + lane * 2 + kk % 2];
+            }
+        }
+        PackedI16Matrix::from_quantized(&q, self.scale, ids.len(), self.k)
+    }
+
     fn panel(&self, p: usize) -> &[i16] {
         let len = self.pairs * NR * 2;
         &self.data[self.start + p * len..self.start + (p + 1) * len]

@@ -70,6 +70,14 @@ pub struct PackedI8Matrix {
     scales: Vec<f32>,
     /// `128 * Σk q[c][k]` per column, padded to whole panels.
     compensation: Vec<i32>,
+    /// A fixed scale for the activations (Marian's precomputed `QuantMultA`): inputs are
+    /// quantized as `round(x * scale)` clamped to ±127 instead of per row by their maximum.
+    activation_scale: Option<f32>,
+    /// Reproduce intgemm's `Int8Shift` product exactly as Marian/Bergamot run it: inputs
+    /// shifted by +127 to u8, pairs of products summed by `vpmaddubsw` with its int16
+    /// saturation, then unquantized as `acc * (1 / (scale_x * scale_w)) + bias'` where
+    /// `bias'` folds the shift back in (see [`PackedI8Matrix::with_intgemm_emulation`]).
+    intgemm: bool,
 }
 
 impl PackedI8Matrix {
@@ -99,7 +107,43 @@ impl PackedI8Matrix {
             }
             compensation[c] = SHIFT * sum;
         }
-        PackedI8Matrix { data, start, n, k, kp, scales, compensation }
+        PackedI8Matrix { data, start, n, k, kp, scales, compensation, activation_scale: None, intgemm: false }
+    }
+
+    /// Quantizes the activations of every product with this fixed scale (`None` = per row).
+    pub fn with_activation_scale(mut self, scale: Option<f32>) -> PackedI8Matrix {
+        self.activation_scale = scale.filter(|s| s.is_finite() && *s > 0.0);
+        self
+    }
+
+    pub fn activation_scale(&self) -> Option<f32> {
+        self.activation_scale
+    }
+
+    /// Runs products as intgemm's shifted int8 multiply does (Marian's `int8shift*`
+    /// precisions, which Bergamot runs): with a fixed activation scale and one weight
+    /// scale, saturating pair sums included. The weights' translations were produced with
+    /// these numerics, so reproducing them reproduces the reference engine's output.
+    /// Ignored without a fixed activation scale.
+    pub fn with_intgemm_emulation(mut self, on: bool) -> PackedI8Matrix {
+        self.intgemm = on;
+        self
+    }
+
+    fn emulates_intgemm(&self) -> Option<f32> {
+        self.activation_scale.filter(|_| self.intgemm)
+    }
+
+    /// The rows `ids` as a new matrix (an output layer restricted to a shortlist).
+    pub fn gather_rows(&self, ids: &[u32]) -> PackedI8Matrix {
+        let mut q = vec![0i8; ids.len() * self.k];
+        for (row, &id) in q.chunks_exact_mut(self.k.max(1)).zip(ids) {
+            self.quantized_row(id as usize, row);
+        }
+        let scales = ids.iter().map(|&id| self.scales[id as usize]).collect();
+        PackedI8Matrix::from_quantized(&q, scales, ids.len(), self.k)
+            .with_activation_scale(self.activation_scale)
+            .with_intgemm_emulation(self.intgemm)
     }
 
     pub fn rows(&self) -> usize {
@@ -164,7 +208,7 @@ impl QuantizedRows {
         &self.data[g * self.kp * MR..(g + 1) * self.kp * MR]
     }
 
-    fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool) {
+    fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool, fixed_scale: Option<f32>, intgemm: bool) {
         self.kp = k.div_ceil(4) * 4;
         let groups = m.div_ceil(MR);
         // Grown, never shrunk: the buffer lives as long as the thread (see ACTIVATIONS).
@@ -177,7 +221,13 @@ impl QuantizedRows {
         for r in 0..m {
             let (g, lane) = (r / MR, r % MR);
             let dst = &mut self.data[g * self.kp * MR..(g + 1) * self.kp * MR];
-            self.inv_scales[r] = 1.0 / quantize_row(&x[r * k..(r + 1) * k], dst, lane, shifted);
+            self.inv_scales[r] = match (intgemm, fixed_scale) {
+                (true, Some(scale)) => {
+                    quantize_row_intgemm(&x[r * k..(r + 1) * k], dst, lane, scale);
+                    1.0 / scale
+                }
+                _ => 1.0 / quantize_row(&x[r * k..(r + 1) * k], dst, lane, shifted, fixed_scale),
+            };
         }
     }
 }
@@ -187,10 +237,62 @@ thread_local! {
     static ACTIVATIONS: std::cell::RefCell<QuantizedRows> = std::cell::RefCell::new(QuantizedRows::default());
 }
 
-/// Quantizes one activation row into lane `lane` of its interleaved group; returns the scale.
-fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f32 {
+/// intgemm's `QuantizeU`: `rne(x * scale)` (the product rounded first) clamped to ±127,
+/// plus 127, into lane `lane` of the row's interleaved group.
+fn quantize_row_intgemm(row: &[f32], group: &mut [u8], lane: usize, scale: f32) {
     #[inline(always)]
-    fn generic(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f32 {
+    fn generic(row: &[f32], group: &mut [u8], lane: usize, scale: f32) {
+        let mut q = [0u8; 64];
+        for (c, chunk) in row.chunks(64).enumerate() {
+            for (o, &v) in q.iter_mut().zip(chunk) {
+                // NaN becomes -127 like cvtps_epi32's INT_MIN after the clamp.
+                let y = (v * scale).max(-127.0).min(127.0);
+                let y = if y.is_nan() { -127.0 } else { y };
+                // 1.5 * 2^23 + y rounds y half to even into the low mantissa bits.
+                *o = ((y + 12_582_912.0).to_bits() as u8).wrapping_add(127);
+            }
+            for i in 0..chunk.len().div_ceil(4) {
+                let at = ((c * 16 + i) * MR + lane) * 4;
+                group[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
+            }
+        }
+    }
+    super::isa::dispatch_isa!(generic(row: &[f32], group: &mut [u8], lane: usize, scale: f32) -> ())
+}
+
+/// Quantizes one activation row into lane `lane` of its interleaved group; returns the
+/// scale: `fixed_scale`, or the row's own (`127 / max|x|`).
+fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
+    #[inline(always)]
+    fn generic(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
+        // A fixed scale may take values past ±127: they are clamped to ±127 (never -128,
+        // which the sign trick of the AVX2 kernels cannot negate), as intgemm does.
+        let (scale, low) = match fixed_scale {
+            Some(scale) => (scale, 1.0f32),
+            None => (row_amax_scale(row), 0.0),
+        };
+        // Rounded after the +128 shift, fused, exactly as CTranslate2's AVX2/AVX-512 kernels
+        // do (`vfmadd132ps` then `vroundps`); unshifted paths subtract the shift back.
+        let flip = if shifted { 0 } else { 0x80u8 };
+        let mut q = [0u8; 64];
+        for (c, chunk) in row.chunks(64).enumerate() {
+            for (o, &v) in q.iter_mut().zip(chunk) {
+                // Adding 1.5 * 2^23 rounds to an integer, half to even, in the low mantissa
+                // bits: a conversion the compiler vectorizes (`as i32` is not, with its
+                // saturating NaN rules).
+                let y = v.mul_add(scale, 128.0).max(low).min(255.0);
+                *o = ((y + 12_582_912.0).to_bits() as u8) ^ flip;
+            }
+            // Whole 4-byte groups; a tail group carries stale bytes against zero weights.
+            for i in 0..chunk.len().div_ceil(4) {
+                let at = ((c * 16 + i) * MR + lane) * 4;
+                group[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
+            }
+        }
+        scale
+    }
+    #[inline(always)]
+    fn row_amax_scale(row: &[f32]) -> f32 {
         let mut amax = [0.0f32; 16];
         let chunks = row.chunks_exact(16);
         for (i, &v) in chunks.remainder().iter().enumerate() {
@@ -202,28 +304,13 @@ fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f3
             }
         }
         let amax = amax.iter().fold(0.0f32, |a, &b| a.max(b));
-        let scale = if amax != 0.0 { 127.0 / amax } else { 1.0 };
-        // Rounded after the +128 shift, fused, exactly as CTranslate2's AVX2/AVX-512 kernels
-        // do (`vfmadd132ps` then `vroundps`); unshifted paths subtract the shift back.
-        let flip = if shifted { 0 } else { 0x80u8 };
-        let mut q = [0u8; 64];
-        for (c, chunk) in row.chunks(64).enumerate() {
-            for (o, &v) in q.iter_mut().zip(chunk) {
-                // Adding 1.5 * 2^23 rounds to an integer, half to even, in the low mantissa
-                // bits: a conversion the compiler vectorizes (`as i32` is not, with its
-                // saturating NaN rules).
-                let y = v.mul_add(scale, 128.0).max(0.0).min(255.0);
-                *o = ((y + 12_582_912.0).to_bits() as u8) ^ flip;
-            }
-            // Whole 4-byte groups; a tail group carries stale bytes against zero weights.
-            for i in 0..chunk.len().div_ceil(4) {
-                let at = ((c * 16 + i) * MR + lane) * 4;
-                group[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
-            }
+        if amax != 0.0 {
+            127.0 / amax
+        } else {
+            1.0
         }
-        scale
     }
-    super::isa::dispatch_isa!(generic(row: &[f32], group: &mut [u8], lane: usize, shifted: bool) -> f32)
+    super::isa::dispatch_isa!(generic(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32)
 }
 
 
@@ -235,6 +322,10 @@ struct PanelEpilogue {
     cols: usize,
     /// Apply ReLU after the bias (CTranslate2 fuses the activation the same way).
     relu: bool,
+    /// intgemm's unquantization `acc * unquant + bias'` (`unquant = 1 / (scale_x *
+    /// scale_w)` in `w_scales`, bias' in `bias`), instead of CTranslate2's
+    /// `(acc - compensation) * (1 / scale_x) / scale_w + bias`.
+    intgemm: bool,
 }
 
 /// Where one tile's rows go: `rows` rows of `y` starting at `y` with stride `ldy`, each
@@ -257,8 +348,14 @@ impl TileOut<'_> {
     fn store(&self, r: usize, acc: &[i32; NR]) {
         let e = self.e;
         let mut row = [0.0f32; NR];
-        for c in 0..NR {
-            row[c] = (acc[c] - e.compensation[c]) as f32 * self.inv_x[r] / e.w_scales[c] + e.bias[c];
+        if e.intgemm {
+            for c in 0..NR {
+                row[c] = acc[c] as f32 * e.w_scales[c] + e.bias[c];
+            }
+        } else {
+            for c in 0..NR {
+                row[c] = (acc[c] - e.compensation[c]) as f32 * self.inv_x[r] / e.w_scales[c] + e.bias[c];
+            }
         }
         if e.relu {
             for v in row.iter_mut() {
@@ -295,10 +392,11 @@ pub fn matmul_i8_relu(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
         return;
     }
     let isa = isa::current();
-    let shifted = matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni);
+    let intgemm = w.emulates_intgemm().is_some();
+    let shifted = intgemm || matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni);
     ACTIVATIONS.with(|a| {
         let mut a = a.borrow_mut();
-        a.fill(x, m, k, shifted);
+        a.fill(x, m, k, shifted, w.activation_scale, intgemm);
         run_panels(&a, w, bias, relu, y.as_mut_ptr(), m, threads, isa, shifted)
     })
 }
@@ -321,13 +419,23 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
             epilogues.clear();
             epilogues.extend((b0..b1).map(|p| {
                 let cols = NR.min(n - p * NR);
-                let mut e = PanelEpilogue { w_scales: [1.0; NR], compensation: [0; NR], bias: [0.0; NR], cols, relu };
+                let mut e = PanelEpilogue { w_scales: [1.0; NR], compensation: [0; NR], bias: [0.0; NR], cols, relu, intgemm: false };
                 e.w_scales[..cols].copy_from_slice(&w.scales[p * NR..p * NR + cols]);
-                if shifted {
-                    e.compensation.copy_from_slice(&w.compensation[p * NR..(p + 1) * NR]);
-                }
                 if let Some(b) = bias {
                     e.bias[..cols].copy_from_slice(&b[p * NR..p * NR + cols]);
+                }
+                if let Some(scale_x) = w.emulates_intgemm() {
+                    // intgemm's PrepareBias: bias' = bias + colsum(w) * -(127/sx * 127/sw) / 127.
+                    for c in 0..cols {
+                        let scale_w = e.w_scales[c];
+                        let factor = -((127.0 / scale_x) * (127.0 / scale_w) / 127.0);
+                        let colsum = (w.compensation[p * NR + c] / SHIFT) as f32;
+                        e.bias[c] += colsum * factor;
+                        e.w_scales[c] = 1.0 / (scale_x * scale_w);
+                    }
+                    e.intgemm = true;
+                } else if shifted {
+                    e.compensation.copy_from_slice(&w.compensation[p * NR..(p + 1) * NR]);
                 }
                 e
             }));
@@ -359,6 +467,11 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     unsafe {
                         match isa {
                             #[cfg(target_arch = "x86_64")]
+                            Isa::Avx512Vnni | Isa::Avx512Bw if t.e.intgemm => x86::tile_intgemm_512(ag, panel, a.kp, &t),
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::AvxVnni | Isa::Avx2 if t.e.intgemm => x86::tile_intgemm_256(ag, panel, a.kp, &t),
+                            _ if t.e.intgemm => tile_intgemm_scalar(ag, panel, a.kp, &t),
+                            #[cfg(target_arch = "x86_64")]
                             Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
                             Isa::Avx512Bw => x86::tile_avx512_bw(ag, panel, a.kp, &t),
@@ -374,6 +487,26 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
         }
     };
     super::split_panels(panels, threads, m * n * w.k, run);
+}
+
+/// intgemm's shifted product: u8 activations times s8 weights, each pair (k = 2i, 2i + 1)
+/// summed and saturated to int16 as `vpmaddubsw` does, then summed exactly.
+fn tile_intgemm_scalar(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
+    for r in 0..t.rows {
+        let mut acc = [0i32; NR];
+        for g in 0..kp / 4 {
+            let xs = &a[(g * MR + r) * 4..(g * MR + r) * 4 + 4];
+            let ws = &panel[g * NR * 4..(g + 1) * NR * 4];
+            for (c, out) in acc.iter_mut().enumerate() {
+                for pair in [0, 2] {
+                    let sum = xs[pair] as i32 * (ws[c * 4 + pair] as i8 as i32)
+                        + xs[pair + 1] as i32 * (ws[c * 4 + pair + 1] as i8 as i32);
+                    *out += sum.clamp(i16::MIN as i32, i16::MAX as i32);
+                }
+            }
+        }
+        t.store(r, &acc);
+    }
 }
 
 /// The reference kernel: `acc[r][c] = Σk a[r][k] * w[c][k]` over the packed layouts, with
@@ -536,6 +669,66 @@ mod x86 {
             _mm512_storeu_si512(acc.as_mut_ptr() as *mut _, s0[r]);
             _mm512_storeu_si512(acc.as_mut_ptr().add(16) as *mut _, s1[r]);
             t.store(r, &acc);
+        }
+    }
+
+    /// intgemm's shifted product (see `tile_intgemm_scalar`) with 512-bit `vpmaddubsw`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn tile_intgemm_512(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
+        by_rows!(intgemm512, t.rows, a, panel, kp, t)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn intgemm512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
+        let (a, w) = (a.as_ptr(), panel.as_ptr());
+        let ones = _mm512_set1_epi16(1);
+        let mut s0 = [_mm512_setzero_si512(); R];
+        let mut s1 = [_mm512_setzero_si512(); R];
+        for g in 0..kp / 4 {
+            let w0 = _mm512_loadu_si512(w.add(g * NR * 4) as *const _);
+            let w1 = _mm512_loadu_si512(w.add(g * NR * 4 + 64) as *const _);
+            for r in 0..R {
+                let xv = _mm512_set1_epi32(x4(a, g, r));
+                s0[r] = _mm512_add_epi32(s0[r], _mm512_madd_epi16(_mm512_maddubs_epi16(xv, w0), ones));
+                s1[r] = _mm512_add_epi32(s1[r], _mm512_madd_epi16(_mm512_maddubs_epi16(xv, w1), ones));
+            }
+        }
+        for r in 0..R {
+            let mut acc = [0i32; NR];
+            _mm512_storeu_si512(acc.as_mut_ptr() as *mut _, s0[r]);
+            _mm512_storeu_si512(acc.as_mut_ptr().add(16) as *mut _, s1[r]);
+            t.store(r, &acc);
+        }
+    }
+
+    /// intgemm's shifted product (see `tile_intgemm_scalar`) with 256-bit `vpmaddubsw`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_intgemm_256(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
+        by_row_pairs!(intgemm256, a, panel, kp, t)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn intgemm256<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
+        let (a, w) = (a.as_ptr(), panel.as_ptr());
+        let ones = _mm256_set1_epi16(1);
+        let mut s = [[_mm256_setzero_si256(); 4]; R];
+        for g in 0..kp / 4 {
+            let wv = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _));
+            for r in 0..R {
+                let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
+                for j in 0..4 {
+                    s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_maddubs_epi16(xv, wv[j]), ones));
+                }
+            }
+        }
+        for r in 0..R {
+            let mut acc = [0i32; NR];
+            for j in 0..4 {
+                _mm256_storeu_si256(acc.as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
+            }
+            t.store(r0 + r, &acc);
         }
     }
 

@@ -1,6 +1,7 @@
 //! CPU kernels, dispatched at run time by `isa`: matrix products with weights packed at
 //! load in float32 (`packed`), int8 (`int8`) and int16 (`int16`), and the element-wise
-//! and row-wise operations of a Transformer (`ops`).
+//! and row-wise operations of a Transformer (`ops`), multi-head attention (`attention`).
+pub mod attention;
 pub mod int16;
 pub mod int8;
 pub mod isa;

@@ -407,3 +407,15 @@ mod tests {
         assert!((erf(0.5) - 0.520_499_9).abs() < 1e-6);
     }
 }
+
+/// One SSRU step for every row: `f = sigmoid(forget)`, `c = f * c + (1 - f) * input`,
+/// `out = relu(c)`; `cells` holds `c` and is updated in place.
+pub fn ssru_update(cells: &mut [f32], input: &[f32], forget: &[f32], out: &mut Vec<f32>) {
+    out.clear();
+    out.resize(cells.len(), 0.0);
+    for (((c, &x), &f), o) in cells.iter_mut().zip(input).zip(forget).zip(out.iter_mut()) {
+        let f = 1.0 / (1.0 + (-f).exp());
+        *c = f * *c + (1.0 - f) * x;
+        *o = c.max(0.0);
+    }
+}

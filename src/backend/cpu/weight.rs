@@ -39,6 +39,22 @@ impl PackedWeight {
         }
     }
 
+    /// The rows `ids` (output features) as a new weight, packed the same way.
+    pub fn gather_rows(&self, ids: &[u32]) -> PackedWeight {
+        match self {
+            PackedWeight::Float32(w) => {
+                let k = w.cols();
+                let mut rows = vec![0.0f32; ids.len() * k];
+                for (row, &id) in rows.chunks_exact_mut(k.max(1)).zip(ids) {
+                    w.copy_row(id as usize, row);
+                }
+                PackedWeight::Float32(PackedMatrix::pack(&rows, ids.len(), k))
+            }
+            PackedWeight::Int8(w) => PackedWeight::Int8(w.gather_rows(ids)),
+            PackedWeight::Int16(w) => PackedWeight::Int16(w.gather_rows(ids)),
+        }
+    }
+
     /// `y[m, n] = x[m, k] · Wᵀ (+ bias)`, overwriting `y`.
     pub fn matmul(&self, x: &[f32], bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
         match self {

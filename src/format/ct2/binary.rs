@@ -14,6 +14,8 @@ use half::{bf16, f16};
 use memmap2::Mmap;
 
 use crate::error::{Error, Result};
+use crate::backend::SavedPrecision;
+use crate::format::Quantized;
 use crate::tensor::Tensor;
 
 /// The binary versions whose layout this reader implements.
@@ -342,14 +344,6 @@ fn resolve<'a>(
     None
 }
 
-/// A weight as stored quantized, with CTranslate2's scales (`w = q / scale`).
-pub enum Quantized {
-    /// One scale per row.
-    Int8 { values: Vec<i8>, scales: Vec<f32> },
-    /// One scale for the whole tensor.
-    Int16 { values: Vec<i16>, scale: f32 },
-}
-
 impl ModelBin {
     /// The stored dtype of a variable (after aliases).
     pub fn dtype(&self, name: &str) -> Option<DType> {
@@ -383,7 +377,12 @@ impl ModelBin {
                     scale.len()
                 )));
             }
-            return Ok(Some(Quantized::Int8 { values: b.iter().map(|&x| x as i8).collect(), scales: scale.to_vec() }));
+            return Ok(Some(Quantized::Int8 {
+                values: b.iter().map(|&x| x as i8).collect(),
+                scales: scale.to_vec(),
+                activation_scale: None,
+                intgemm: false,
+            }));
         }
         if scale.len() != 1 {
             return Err(Error::invalid_model(format!("model.bin: int16 {name:?} needs one scale, got {}", scale.len())));
@@ -520,5 +519,45 @@ mod tests {
         let mut bad = good;
         bad.push(0);
         assert!(parse_bytes(&bad).err().unwrap().message.contains("trailing"));
+    }
+}
+
+impl crate::format::WeightSource for ModelBin {
+    fn file_name(&self) -> &str {
+        "model.bin"
+    }
+    fn variable_names(&self) -> Vec<String> {
+        ModelBin::variable_names(self).map(str::to_string).collect()
+    }
+    fn stored_name(&self, name: &str) -> Option<String> {
+        self.resolve(name).map(|v| v.name.clone())
+    }
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.resolve(name).map(|v| v.shape.clone())
+    }
+    fn is_shared(&self, stored: &str) -> bool {
+        self.is_alias_target(stored)
+    }
+    fn tensor(&self, name: &str) -> Result<Tensor> {
+        ModelBin::tensor(self, name)
+    }
+    fn quantized(&self, name: &str) -> Result<Option<Quantized>> {
+        ModelBin::quantized(self, name)
+    }
+    fn scalar(&self, name: &str) -> Result<Option<f64>> {
+        ModelBin::scalar(self, name)
+    }
+    fn is_flag(&self, name: &str) -> bool {
+        self.dtype(name) == Some(DType::I8)
+    }
+    fn saved_precision(&self) -> SavedPrecision {
+        match self.saved_weight_type() {
+            DType::I8 => SavedPrecision::Int8,
+            DType::I16 => SavedPrecision::Int16,
+            _ => SavedPrecision::Float,
+        }
+    }
+    fn release(&self, stored: &str) {
+        self.release_variable(stored)
     }
 }

@@ -6,7 +6,8 @@ pub mod vocab;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-pub use binary::{DType, ModelBin, Quantized};
+pub use binary::{DType, ModelBin};
+pub use crate::format::Quantized;
 pub use config::Ct2Config;
 pub use vocab::Vocabulary;
 

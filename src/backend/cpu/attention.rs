@@ -1,0 +1,380 @@
+//! Multi-head attention kernels. The attention runs per query row over that row's own
+//! keys, so no padding or mask is ever materialized (each sequence only sees its real
+//! length); the projections around it are the layers' matrix products.
+use super::isa::dispatch_isa;
+use super::ops;
+
+/// `scores[j] = scale * dot(q, key_j)` for every key, in the order of MKL's sgemm kernels
+/// for CTranslate2's batched `Q·Kᵀ` (measured against the MKL bundled with CTranslate2
+/// 4.8.5 on an AVX-512 machine). With several query rows (the encoder) each dot is a
+/// sequential chain of FMAs over the head dimension. With one query row (a decoder step)
+/// and 64-wide heads, MKL's matrix-vector path runs keys by groups of 4 with 16 lanes
+/// (`single_query_dot`), and the last `padded % 4` keys with another 16-lane order
+/// (`single_query_dot_rest`). `padded` is the key count of CTranslate2's product (the
+/// batch's padded source length in cross-attention), which decides where the groups end.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn key_scores(
+    q: &[f32],
+    keys: &KvView,
+    h: usize,
+    head_dim: usize,
+    scale: f32,
+    single_query: bool,
+    padded: usize,
+    scores: &mut [f32],
+) {
+    let len = scores.len();
+    if single_query && head_dim == 64 {
+        let grouped = padded / 4 * 4;
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = crate::backend::cpu::isa::current().float_level() == crate::backend::cpu::isa::FloatLevel::Avx512;
+        for (j, s) in scores.iter_mut().enumerate() {
+            let k = keys.head(j, h, head_dim);
+            *s = if j < grouped {
+                #[cfg(target_arch = "x86_64")]
+                if avx512 {
+                    // SAFETY: the level is supported (isa::current); both slices hold 64 values.
+                    *s = unsafe { x86::single_query_dot_avx512(&q[..64], &k[..64]) } * scale;
+                    continue;
+                }
+                single_query_dot(q, k)
+            } else {
+                single_query_dot_rest(q, k, j % 2 == 0)
+            } * scale;
+        }
+        return;
+    }
+    let mut j = 0;
+    while j + 8 <= len {
+        let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(j + l, h, head_dim));
+        let mut acc = [0.0f32; 8];
+        for (p, &qp) in q.iter().enumerate() {
+            for l in 0..8 {
+                acc[l] = qp.mul_add(k[l][p], acc[l]);
+            }
+        }
+        for l in 0..8 {
+            scores[j + l] = acc[l] * scale;
+        }
+        j += 8;
+    }
+    for (jj, s) in scores.iter_mut().enumerate().skip(j) {
+        let k = keys.head(jj, h, head_dim);
+        *s = q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| a.mul_add(b, acc)) * scale;
+    }
+}
+
+/// Sum of 16 lanes by halving: lanes 8 apart, then 4, 2, 1 (a 512-bit horizontal add).
+#[inline(always)]
+fn fold16(r: &[f32; 16]) -> f32 {
+    let h8: [f32; 8] = std::array::from_fn(|l| r[l] + r[l + 8]);
+    let h4: [f32; 4] = std::array::from_fn(|l| h8[l] + h8[l + 4]);
+    (h4[0] + h4[2]) + (h4[1] + h4[3])
+}
+
+/// MKL's dot of 64 for one query row, keys in groups of 4: the first product starts lane 0,
+/// elements 1..49 go through 16 FMA lanes, which are folded; the sum starts lane 0 of a
+/// second set of lanes for elements 49..64, folded in turn.
+#[inline(always)]
+fn single_query_dot(q: &[f32], k: &[f32]) -> f32 {
+    // Fixed-size slices, so each 16-element step compiles to one full-width vector FMA.
+    let (q, k): (&[f32; 64], &[f32; 64]) = (q[..64].try_into().unwrap(), k[..64].try_into().unwrap());
+    let lanes = |x: &[f32; 64], from: usize| -> [f32; 16] { std::array::from_fn(|l| x[(from + l).min(63)]) };
+    // (lane 15 of the tail reads element 63 twice but is never accumulated)
+    let mut acc = [0.0f32; 16];
+    acc[0] = q[0] * k[0];
+    for t in 0..3 {
+        let (qs, ks) = (lanes(q, 1 + 16 * t), lanes(k, 1 + 16 * t));
+        for l in 0..16 {
+            acc[l] = qs[l].mul_add(ks[l], acc[l]);
+        }
+    }
+    let mut tail = [0.0f32; 16];
+    tail[0] = fold16(&acc);
+    let (qs, ks) = (lanes(q, 49), lanes(k, 49));
+    for l in 0..15 {
+        tail[l] = qs[l].mul_add(ks[l], tail[l]);
+    }
+    fold16(&tail)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// `fold16` of a vector: halves added as 8 + 8, 4 + 4, then (0 + 2) + (1 + 3).
+    #[inline(always)]
+    unsafe fn fold16(r: __m512) -> f32 {
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(r)));
+        let h8 = _mm256_add_ps(_mm512_castps512_ps256(r), hi);
+        let h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps::<1>(h8));
+        let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+        _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps::<1>(h2, h2)))
+    }
+
+    /// `single_query_dot` with explicit 16-lane vectors (the compiler splits the portable
+    /// version into 2-wide pieces); the same operations in the same order.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn single_query_dot_avx512(q: &[f32], k: &[f32]) -> f32 {
+        assert!(q.len() >= 64 && k.len() >= 64);
+        let (q, k) = (q.as_ptr(), k.as_ptr());
+        let mut acc = _mm512_maskz_mul_ps(1, _mm512_loadu_ps(q), _mm512_loadu_ps(k));
+        for t in 0..3 {
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(1 + 16 * t)), _mm512_loadu_ps(k.add(1 + 16 * t)), acc);
+        }
+        let tail = _mm512_maskz_mov_ps(1, _mm512_set1_ps(fold16(acc)));
+        let (qt, kt) = (_mm512_maskz_loadu_ps(0x7FFF, q.add(49)), _mm512_maskz_loadu_ps(0x7FFF, k.add(49)));
+        fold16(_mm512_fmadd_ps(qt, kt, tail))
+    }
+}
+
+/// MKL's dot of 64 for one query row, the last `padded % 4` keys: elements 1..64 go to lane
+/// `p % 16` of 16 accumulators, folded, plus the first product. Elements 1..17, 33..64
+/// are fused multiply-adds; elements 17..33 too for odd keys, but for even keys they are
+/// rounded products added.
+#[inline(always)]
+fn single_query_dot_rest(q: &[f32], k: &[f32], even: bool) -> f32 {
+    let (q, k) = (&q[..64], &k[..64]);
+    let mut acc = [0.0f32; 16];
+    for p in 1..64 {
+        let l = p % 16;
+        acc[l] = if even && (17..33).contains(&p) { acc[l] + q[p] * k[p] } else { q[p].mul_add(k[p], acc[l]) };
+    }
+    fold16(&acc) + q[0] * k[0]
+}
+
+/// `o = Σ_j probs[j] · value_j` for one query row and 64-wide heads, in the order of MKL's
+/// matrix-vector path for CTranslate2's batched `P·V` (`padded` keys, the last
+/// `padded - probs.len()` of which are padding with probability 0, which MKL still
+/// walks). Fewer than 8 keys: one FMA chain in key order. Otherwise keys go by blocks of
+/// 8: the first block is `G(0) + G(4)`, where `G(b) = (p[b]·v[b] ⊕ p[b+2]·v[b+2]) +
+/// (p[b+1]·v[b+1] ⊕ p[b+3]·v[b+3])` (⊕: fused onto the rounded later product); each
+/// further block adds keys b+6, b+4 (fused), then `p[b+5]·v[b+5] ⊕ p[b+7]·v[b+7]`, then
+/// `G(b)`; the last `padded % 8` keys are fused in order.
+#[inline(always)]
+fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, o: &mut [f32]) {
+    // Plain inline functions rather than closures: closures would not inherit the target
+    // features of the dispatch_isa! copy (calling the software fmaf).
+    const D: usize = 64;
+    /// acc += p[i] · v[i] (fused); nothing for a padding key.
+    #[inline(always)]
+    fn fuse(probs: &[f32], values: &KvView, h: usize, i: usize, acc: &mut [f32; D]) {
+        if i < probs.len() {
+            let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
+            for c in 0..D {
+                acc[c] = p.mul_add(v[c], acc[c]);
+            }
+        }
+    }
+    /// p[i] · v[i] rounded (zero for a padding key).
+    #[inline(always)]
+    fn product(probs: &[f32], values: &KvView, h: usize, i: usize) -> [f32; D] {
+        let mut out = [0.0; D];
+        if i < probs.len() {
+            let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
+            for c in 0..D {
+                out[c] = p * v[c];
+            }
+        }
+        out
+    }
+    #[inline(always)]
+    fn add(acc: &mut [f32; D], x: &[f32; D]) {
+        for c in 0..D {
+            acc[c] += x[c];
+        }
+    }
+    #[inline(always)]
+    fn group(probs: &[f32], values: &KvView, h: usize, b: usize) -> [f32; D] {
+        let mut even = product(probs, values, h, b + 2);
+        fuse(probs, values, h, b, &mut even);
+        let mut odd = product(probs, values, h, b + 3);
+        fuse(probs, values, h, b + 1, &mut odd);
+        add(&mut even, &odd);
+        even
+    }
+    let len = probs.len();
+    let o: &mut [f32; D] = (&mut o[..D]).try_into().unwrap();
+    if padded < 8 {
+        o.fill(0.0);
+        for i in 0..len {
+            fuse(probs, values, h, i, o);
+        }
+        return;
+    }
+    *o = group(probs, values, h, 0);
+    add(o, &group(probs, values, h, 4));
+    let blocks = padded / 8;
+    for b in (8..blocks * 8).step_by(8) {
+        fuse(probs, values, h, b + 6, o);
+        fuse(probs, values, h, b + 4, o);
+        let mut pair = product(probs, values, h, b + 7);
+        fuse(probs, values, h, b + 5, &mut pair);
+        add(o, &pair);
+        add(o, &group(probs, values, h, b));
+    }
+    for i in blocks * 8..len {
+        fuse(probs, values, h, i, o);
+    }
+}
+
+/// Keys or values of one sequence: row `j`, head `h` is `data[j * stride + offset + h * head_dim ..]`.
+#[derive(Clone, Copy)]
+pub struct KvView<'a> {
+    pub data: &'a [f32],
+    pub stride: usize,
+    pub offset: usize,
+}
+
+impl KvView<'_> {
+    #[inline]
+    fn head(&self, j: usize, h: usize, head_dim: usize) -> &[f32] {
+        let start = j * self.stride + self.offset + h * head_dim;
+        &self.data[start..start + head_dim]
+    }
+}
+
+/// One query row attending over `len` keys/values, all heads; writes [num_heads * head_dim].
+/// `single_query`: the row is a decoder step (CTranslate2 multiplies one query row at a
+/// time there, which MKL sums in another order).
+/// The same loops are compiled for AVX-512 and AVX2 and picked by `isa::current()`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_row(
+    query: &[f32],
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    single_query: bool,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    attend_row_padded(query, keys, values, len, len, num_heads, head_dim, scale, single_query, scores, out)
+}
+
+/// `attend_row` for a row whose keys CTranslate2 pads to `padded` (≥ `len`) positions:
+/// in cross-attention, the longest source length of the batch the row's example was
+/// translated in. Padding changes no value, only the order MKL sums decoder-step products
+/// in, which this reproduces.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_row_padded(
+    query: &[f32],
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    padded: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    single_query: bool,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let padded = padded.max(len);
+    dispatch_isa!(attend_row_generic(
+        query: &[f32],
+        keys: KvView,
+        values: KvView,
+        len: usize,
+        padded: usize,
+        num_heads: usize,
+        head_dim: usize,
+        scale: f32,
+        single_query: bool,
+        scores: &mut Vec<f32>,
+        out: &mut [f32]
+    ) -> ())
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_row_generic(
+    query: &[f32],
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    padded: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    single_query: bool,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    scores.resize(len, 0.0);
+    for h in 0..num_heads {
+        let q = &query[h * head_dim..(h + 1) * head_dim];
+        key_scores(q, &keys, h, head_dim, scale, single_query, padded, scores);
+        ops::softmax(scores);
+        let o = &mut out[h * head_dim..(h + 1) * head_dim];
+        if single_query && head_dim == 64 {
+            single_query_values(scores, &values, h, padded, o);
+            continue;
+        }
+        // Weighted sum of the values, one FMA per key in key order (MKL's order for the
+        // batched `P·V` with several query rows).
+        o.fill(0.0);
+        for (j, &p) in scores.iter().enumerate() {
+            let v = values.head(j, h, head_dim);
+            o.iter_mut().zip(v).for_each(|(o, v)| *o = p.mul_add(*v, *o));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::isa;
+
+    fn values(seed: u32, n: usize) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 8) as f32 / (1 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn explicit_avx512_dot_is_bit_identical_to_the_portable_one() {
+        if !isa::Isa::Avx512Bw.is_supported() {
+            return;
+        }
+        for seed in 0..2000 {
+            let (q, k) = (values(seed, 64), values(seed + 7777, 64));
+            // SAFETY: AVX-512 is supported (checked above).
+            let fast = unsafe { x86::single_query_dot_avx512(&q, &k) };
+            assert_eq!(fast.to_bits(), single_query_dot(&q, &k).to_bits(), "seed {seed}");
+        }
+    }
+
+    /// Decoder-step attention with 64-wide heads (the MKL-order paths) on every ISA.
+    #[test]
+    fn single_query_attention_is_identical_on_every_isa() {
+        let (heads, d) = (2, 64);
+        for len in [1, 3, 7, 8, 9, 13, 16, 21, 40] {
+            let q = values(len as u32, heads * d);
+            let kv = values(100 + len as u32, len * 2 * heads * d);
+            let keys = KvView { data: &kv, stride: 2 * heads * d, offset: 0 };
+            let vals = KvView { data: &kv, stride: 2 * heads * d, offset: heads * d };
+            let run = |level| {
+                let mut out = vec![0.0f32; heads * d];
+                isa::with_isa(level, || {
+                    attend_row_padded(&q, keys, vals, len, len + 3, heads, d, 0.125, true, &mut Vec::new(), &mut out)
+                });
+                out
+            };
+            let reference = run(isa::Isa::Scalar);
+            for level in isa::available() {
+                let out = run(level);
+                assert!(out.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "{level:?} len {len}");
+            }
+        }
+    }
+}
