@@ -58,9 +58,9 @@ pub struct Shortlist {
 
 /// Marian's `util::hashMem<uint64_t, uint64_t>`.
 pub fn checksum(words: impl IntoIterator<Item = u64>) -> u64 {
-    words.into_iter().fold(0u64, |seed, w| {
-        seed ^ w.wrapping_add(0x9e37_79b9).wrapping_add(seed << 6).wrapping_add(seed >> 2)
-    })
+    words
+        .into_iter()
+        .fold(0u64, |seed, w| seed ^ w.wrapping_add(0x9e37_79b9).wrapping_add(seed << 6).wrapping_add(seed >> 2))
 }
 
 fn bad(what: impl std::fmt::Display) -> Error {
@@ -124,10 +124,8 @@ impl Shortlist {
         }
         let offsets_end = HEADER_BYTES + h[4] as usize * 8; // fits: checked with the size
         let word_to_offset: Vec<u64> = u64_words(&bytes[HEADER_BYTES..offsets_end]).collect();
-        let lists = bytes[offsets_end..]
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect();
+        let lists =
+            bytes[offsets_end..].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
         let to_usize = |v: u64, what| usize::try_from(v).map_err(|_| bad(format!("{what} {v} is too large")));
         Self::new(to_usize(h[2], "firstNum")?, to_usize(h[3], "bestNum")?, word_to_offset, lists)
     }
@@ -269,7 +267,8 @@ mod tests {
     fn text_import_keeps_the_best_and_pads_to_eight() {
         let vocab = |w: &str| w.strip_prefix('w').and_then(|n| n.parse().ok());
         // trg src prob; w9 twice for w1 (the larger prob wins), a NULL, a <=0 prob.
-        let text = "w5 w1 0.5\nw9 w1 0.1\nw9 w1 0.7\nw7 w1 0.6\nNULL w1 0.9\nw3 w2 -1\nw20 w0 0.2\nw4 stop x w6 w1 0.99";
+        let text =
+            "w5 w1 0.5\nw9 w1 0.1\nw9 w1 0.7\nw7 w1 0.6\nNULL w1 0.9\nw3 w2 -1\nw20 w0 0.2\nw4 stop x w6 w1 0.99";
         let s = Shortlist::from_text(text, Some(2), Some(2), vocab, vocab).unwrap();
         assert_eq!(s.candidates(1), &[7, 9]);
         assert_eq!(s.candidates(2), &[3]);

@@ -19,8 +19,9 @@ use crate::format::{Quantized, WeightSource};
 use crate::model::{DecoderSession, PackageDecoding, SpecialTokens, TransformerModel, TranslationModel};
 use crate::tensor::Tensor;
 
-/// Marian's layer normalization epsilon (`layerNorm(x, gamma, beta, eps = 1e-9)`).
-const LAYER_NORM_EPSILON: f32 = 1e-9;
+/// The layer normalization epsilon of Marian's transformer (`Transformer::layerNorm` passes
+/// 1e-6 to `marian::layerNorm`, whose own default is 1e-9).
+const LAYER_NORM_EPSILON: f32 = 1e-6;
 
 /// A Marian model with its package: vocabularies, shortlist, decoding settings.
 pub struct MarianModel {

@@ -42,6 +42,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(line)
 
 
+def ct2_uses_mkl():
+    """CTranslate2 multiplies with MKL on Intel CPUs (CT2_USE_MKL overrides), with oneDNN
+    elsewhere; Tolk reproduces MKL's summation orders."""
+    if os.environ.get("CT2_USE_MKL") is not None:
+        return os.environ["CT2_USE_MKL"] not in ("0", "false", "False")
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
+    except OSError:
+        return False
+
+
 def _first_existing(*paths):
     for p in paths:
         if p and os.path.isdir(p):
@@ -81,7 +93,7 @@ def data_root() -> str:
 
 def model_dir_or_skip(root: str, name: str) -> str:
     path = os.path.join(root, name)
-    if not os.path.isfile(os.path.join(path, "model.bin")):
+    if not os.path.isdir(path) or not any(f.endswith((".bin", ".npz")) for f in os.listdir(path)):
         pytest.skip(
             "model %s not found at %s (set TOLK_MODELS to the folder holding it)" % (name, path)
         )

@@ -20,21 +20,9 @@ import time
 import pytest
 
 from conftest import compare_results, report
+from conftest import ct2_uses_mkl as _ct2_uses_mkl
 
 N_LINES = int(os.environ.get("TOLK_ZH_EN_LINES", "200"))
-
-
-def _ct2_uses_mkl():
-    """CTranslate2 multiplies with MKL on Intel CPUs (CT2_USE_MKL overrides), with oneDNN
-    elsewhere. Tolk reproduces MKL's summation orders in attention; oneDNN's differ, which
-    int8 decoding amplifies, so the int8 bar is lower there."""
-    if os.environ.get("CT2_USE_MKL") is not None:
-        return os.environ["CT2_USE_MKL"] not in ("0", "false", "False")
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
-    except OSError:
-        return False
 
 
 # Share of sentences token-identical to CTranslate2, by (compute type, beam size); measured

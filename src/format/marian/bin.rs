@@ -54,7 +54,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<MarianItem>> {
         v => return Err(Error::invalid_model(format!("Marian model: unknown binary version {v} (expected 1)"))),
     }
     let n = r.u64("the item count")?;
-    let header_bytes = n.checked_mul(HEADER_BYTES as u64).unwrap_or(u64::MAX);
+    let header_bytes = n.saturating_mul(HEADER_BYTES as u64);
     let (_, headers) = r.take(header_bytes, &|| format!("the headers of {n} items"))?;
     let headers: Vec<[u64; 4]> = headers
         .chunks_exact(HEADER_BYTES)
@@ -75,7 +75,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<MarianItem>> {
 
     let mut shapes = Vec::with_capacity(headers.len());
     for (h, name) in headers.iter().zip(&names) {
-        let len = h[2].checked_mul(4).unwrap_or(u64::MAX);
+        let len = h[2].saturating_mul(4);
         let (_, raw) = r.take(len, &|| format!("the shape of {name}"))?;
         let shape = raw
             .chunks_exact(4)

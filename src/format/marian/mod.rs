@@ -175,7 +175,13 @@ pub struct MarianItem {
 impl MarianItem {
     /// An item whose values start at `offset` with `available` bytes stored there
     /// (values, intgemm quantMult and padding); errors when they do not fit.
-    pub(crate) fn new(name: String, shape: Vec<usize>, item_type: MarianType, offset: usize, available: usize) -> Result<MarianItem> {
+    pub(crate) fn new(
+        name: String,
+        shape: Vec<usize>,
+        item_type: MarianType,
+        offset: usize,
+        available: usize,
+    ) -> Result<MarianItem> {
         let elements = shape
             .iter()
             .try_fold(1usize, |n, &d| n.checked_mul(d))
@@ -308,7 +314,10 @@ impl MarianFile {
     pub fn model_yaml(&self) -> Result<Option<String>> {
         let Some(item) = self.get(MODEL_YML) else { return Ok(None) };
         if item.item_type.element_size() != 1 || item.item_type.is_intgemm() {
-            return Err(Error::invalid_model(format!("{MODEL_YML} is stored as {}, not as bytes", item.item_type.name())));
+            return Err(Error::invalid_model(format!(
+                "{MODEL_YML} is stored as {}, not as bytes",
+                item.item_type.name()
+            )));
         }
         let bytes = self.bytes(item);
         let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
@@ -327,8 +336,12 @@ impl MarianFile {
         let item = self.item(name)?;
         let b = self.bytes(item);
         match item.item_type {
-            MarianType::Float32 => Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-            MarianType::Float16 => Ok(b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()),
+            MarianType::Float32 => {
+                Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+            }
+            MarianType::Float16 => {
+                Ok(b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect())
+            }
             t => Err(Error::invalid_model(format!("{name} is stored as {}, not as float32 or float16", t.name()))),
         }
     }
@@ -337,7 +350,10 @@ impl MarianFile {
     pub fn intgemm8(&self, name: &str) -> Result<(&[i8], f32)> {
         let item = self.item(name)?;
         if item.item_type != MarianType::Intgemm8 {
-            return Err(Error::invalid_model(format!("{name} is stored as {}, not as intgemm8", item.item_type.name())));
+            return Err(Error::invalid_model(format!(
+                "{name} is stored as {}, not as intgemm8",
+                item.item_type.name()
+            )));
         }
         let b = self.bytes(item);
         // SAFETY: i8 and u8 have the same size, alignment and every bit pattern valid.
@@ -349,7 +365,10 @@ impl MarianFile {
     pub fn intgemm16(&self, name: &str) -> Result<(&[i16], f32)> {
         let item = self.item(name)?;
         if item.item_type != MarianType::Intgemm16 {
-            return Err(Error::invalid_model(format!("{name} is stored as {}, not as intgemm16", item.item_type.name())));
+            return Err(Error::invalid_model(format!(
+                "{name} is stored as {}, not as intgemm16",
+                item.item_type.name()
+            )));
         }
         // SAFETY: every bit pattern is a valid i16; alignment is checked below.
         let (head, values, tail) = unsafe { self.bytes(item).align_to::<i16>() };

@@ -91,7 +91,11 @@ pub fn parse(bytes: &[u8]) -> Result<(Vec<u8>, Vec<MarianItem>)> {
                 inflated = inflate(raw, size).map_err(|err| bad(format!("{name}: {}", err.message)))?;
                 &inflated[..]
             }
-            m => return Err(Error::unsupported(format!("npz: {name} is compressed with ZIP method {m} (only stored and deflate are supported)"))),
+            m => {
+                return Err(Error::unsupported(format!(
+                    "npz: {name} is compressed with ZIP method {m} (only stored and deflate are supported)"
+                )))
+            }
         };
         if crc32(npy) != e.crc {
             return Err(bad(format!("{name}: CRC-32 mismatch (corrupted archive)")));
@@ -99,7 +103,8 @@ pub fn parse(bytes: &[u8]) -> Result<(Vec<u8>, Vec<MarianItem>)> {
         let Some(item_name) = name.strip_suffix(".npy") else {
             return Err(bad(format!("the entry {name} is not a .npy array")));
         };
-        let (item_type, shape, values) = npy_array(npy).map_err(|err| bad(format!("{name}: {}", err.message)))?;
+        let (item_type, shape, values) =
+            npy_array(npy).map_err(|err| Error::new(err.kind, format!("npz: {name}: {}", err.message)))?;
         data.resize(data.len().next_multiple_of(64), 0);
         let offset = data.len();
         data.extend_from_slice(values);
@@ -140,7 +145,10 @@ fn central_directory(bytes: &[u8]) -> Result<Vec<Entry>> {
     let mut entries = Vec::with_capacity(count as usize);
     let mut at = 0usize;
     for _ in 0..count {
-        let h = cd.get(at..at + 46).filter(|h| u32_at(h, 0) == Some(CENTRAL)).ok_or_else(|| bad("bad central directory header"))?;
+        let h = cd
+            .get(at..at + 46)
+            .filter(|h| u32_at(h, 0) == Some(CENTRAL))
+            .ok_or_else(|| bad("bad central directory header"))?;
         let flags = u16_at(h, 8).unwrap_or_default();
         let method = u16_at(h, 10).unwrap_or_default();
         let crc = u32_at(h, 16).unwrap_or_default();
@@ -160,7 +168,9 @@ fn central_directory(bytes: &[u8]) -> Result<Vec<Entry>> {
         // zip64 extended information: the 64-bit values of the fields saturated above.
         let mut e = 0;
         while let (Some(id), Some(len)) = (u16_at(extra, e), u16_at(extra, e + 2)) {
-            let field = extra.get(e + 4..e + 4 + usize::from(len)).ok_or_else(|| bad(format!("{name}: truncated extra field")))?;
+            let field = extra
+                .get(e + 4..e + 4 + usize::from(len))
+                .ok_or_else(|| bad(format!("{name}: truncated extra field")))?;
             if id == 1 {
                 let mut values = field.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")));
                 for v in [&mut size, &mut compressed, &mut local] {
@@ -177,38 +187,43 @@ fn central_directory(bytes: &[u8]) -> Result<Vec<Entry>> {
     Ok(entries)
 }
 
+/// An error inside one array (the caller adds the archive and entry names).
+fn npy_bad(what: impl std::fmt::Display) -> Error {
+    Error::invalid_model(what.to_string())
+}
+
 /// A `.npy` array: its type, shape (1-D as `[1, n]`) and values.
 fn npy_array(b: &[u8]) -> Result<(MarianType, Vec<usize>, &[u8])> {
     if !b.starts_with(b"\x93NUMPY") || b.len() < 10 {
-        return Err(bad("not a .npy array (bad magic)"));
+        return Err(npy_bad("not a .npy array (bad magic)"));
     }
     let (header_len, header_at) = match b[6] {
         1 => (u16_at(b, 8).map(usize::from), 10usize),
         2 | 3 => (u32_at(b, 8).and_then(|v| usize::try_from(v).ok()), 12),
-        v => return Err(bad(format!(".npy version {v} is not supported"))),
+        v => return Err(npy_bad(format!(".npy version {v} is not supported"))),
     };
     let header = header_len
         .and_then(|l| b.get(header_at..header_at.checked_add(l)?))
-        .ok_or_else(|| bad("truncated .npy header"))?;
+        .ok_or_else(|| npy_bad("truncated .npy header"))?;
     let values = &b[header_at + header.len()..];
-    let header = std::str::from_utf8(header).map_err(|_| bad("the .npy header is not text"))?;
+    let header = std::str::from_utf8(header).map_err(|_| npy_bad("the .npy header is not text"))?;
     let dict = PyLit::parse(header)?;
-    let PyLit::Dict(entries) = dict else { return Err(bad("the .npy header is not a dict")) };
+    let PyLit::Dict(entries) = dict else { return Err(npy_bad("the .npy header is not a dict")) };
     let field = |key: &str| entries.iter().find(|(k, _)| k == key).map(|(_, v)| v);
     let descr = match field("descr") {
         Some(PyLit::Str(s)) => s.as_str(),
-        Some(_) => return Err(Error::unsupported("npz: structured dtypes are not supported")),
-        None => return Err(bad("the .npy header has no 'descr'")),
+        Some(_) => return Err(Error::unsupported("structured dtypes are not supported")),
+        None => return Err(npy_bad("the .npy header has no 'descr'")),
     };
     if !matches!(field("fortran_order"), Some(PyLit::Bool(false))) {
-        return Err(Error::unsupported("npz: Fortran-ordered arrays are not supported"));
+        return Err(Error::unsupported("Fortran-ordered arrays are not supported"));
     }
-    let Some(PyLit::Tuple(dims)) = field("shape") else { return Err(bad("the .npy header has no shape tuple")) };
+    let Some(PyLit::Tuple(dims)) = field("shape") else { return Err(npy_bad("the .npy header has no shape tuple")) };
     let mut shape = dims
         .iter()
         .map(|d| match d {
             PyLit::Int(v) => to_usize(*v, "a dimension"),
-            _ => Err(bad("a dimension is not an integer")),
+            _ => Err(npy_bad("a dimension is not an integer")),
         })
         .collect::<Result<Vec<usize>>>()?;
     if shape.len() == 1 {
@@ -217,7 +232,7 @@ fn npy_array(b: &[u8]) -> Result<(MarianType, Vec<usize>, &[u8])> {
     let item_type = npy_type(descr)?;
     let expected = shape.iter().try_fold(item_type.element_size(), |n, &d| n.checked_mul(d));
     if expected != Some(values.len()) {
-        return Err(bad(format!("{} bytes of values for shape {shape:?} of {descr}", values.len())));
+        return Err(npy_bad(format!("{} bytes of values for shape {shape:?} of {descr}", values.len())));
     }
     Ok((item_type, shape, values))
 }
@@ -238,12 +253,12 @@ fn npy_type(descr: &str) -> Result<MarianType> {
         "u2" => Uint16,
         "u4" => Uint32,
         "u8" => Uint64,
-        _ => return Err(Error::unsupported(format!("npz: dtype {descr:?} is not supported"))),
+        _ => return Err(Error::unsupported(format!("dtype {descr:?} is not supported"))),
     };
     match order {
         "<" | "|" | "=" => Ok(t),
         ">" if t.element_size() == 1 => Ok(t),
-        _ => Err(Error::unsupported(format!("npz: dtype {descr:?} is not little-endian"))),
+        _ => Err(Error::unsupported(format!("dtype {descr:?} is not little-endian"))),
     }
 }
 
@@ -263,7 +278,7 @@ impl PyLit {
         let v = Self::value(&mut p, 0)?;
         Self::blanks(&mut p);
         if p.1 != p.0.len() {
-            return Err(bad("trailing text in the .npy header"));
+            return Err(npy_bad("trailing text in the .npy header"));
         }
         Ok(v)
     }
@@ -283,13 +298,16 @@ impl PyLit {
 
     fn value(p: &mut (&[u8], usize), depth: usize) -> Result<PyLit> {
         if depth > 8 {
-            return Err(bad("the .npy header nests too deep"));
+            return Err(npy_bad("the .npy header nests too deep"));
         }
         Self::blanks(p);
         let (b, at) = (p.0, p.1);
         match b.get(at) {
             Some(&q @ (b'\'' | b'"')) => {
-                let len = b[at + 1..].iter().position(|&c| c == q).ok_or_else(|| bad("unterminated string in the .npy header"))?;
+                let len = b[at + 1..]
+                    .iter()
+                    .position(|&c| c == q)
+                    .ok_or_else(|| npy_bad("unterminated string in the .npy header"))?;
                 p.1 = at + 2 + len;
                 Ok(PyLit::Str(String::from_utf8_lossy(&b[at + 1..at + 1 + len]).into_owned()))
             }
@@ -307,9 +325,9 @@ impl PyLit {
                     }
                     let v = Self::value(p, depth + 1)?;
                     if open == b'{' {
-                        let PyLit::Str(k) = v else { return Err(bad("a .npy header key is not a string")) };
+                        let PyLit::Str(k) = v else { return Err(npy_bad("a .npy header key is not a string")) };
                         if !Self::eat(p, b':') {
-                            return Err(bad("expected ':' in the .npy header"));
+                            return Err(npy_bad("expected ':' in the .npy header"));
                         }
                         entries.push((k, Self::value(p, depth + 1)?));
                     } else {
@@ -321,7 +339,7 @@ impl PyLit {
                     if Self::eat(p, close) {
                         break;
                     }
-                    return Err(bad("expected ',' in the .npy header"));
+                    return Err(npy_bad("expected ',' in the .npy header"));
                 }
                 Ok(if open == b'{' { PyLit::Dict(entries) } else { PyLit::Tuple(items) })
             }
@@ -340,7 +358,7 @@ impl PyLit {
                             .filter(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()))
                             .and_then(|d| d.parse().ok())
                             .map(PyLit::Int)
-                            .ok_or_else(|| bad("unexpected text in the .npy header"))
+                            .ok_or_else(|| npy_bad("unexpected text in the .npy header"))
                     }
                 }
             }
@@ -376,12 +394,18 @@ pub fn inflate(input: &[u8], size: usize) -> Result<Vec<u8>> {
 mod inflate {
     type R<T> = std::result::Result<T, &'static str>;
 
-    const LENGTH_BASE: [u16; 29] = [3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258];
-    const LENGTH_EXTRA: [u8; 29] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0];
-    const DIST_BASE: [u16; 30] = [
-        1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577,
+    const LENGTH_BASE: [u16; 29] = [
+        3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227,
+        258,
     ];
-    const DIST_EXTRA: [u8; 30] = [0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13];
+    const LENGTH_EXTRA: [u8; 29] =
+        [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0];
+    const DIST_BASE: [u16; 30] = [
+        1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097,
+        6145, 8193, 12289, 16385, 24577,
+    ];
+    const DIST_EXTRA: [u8; 30] =
+        [0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13];
     const CODE_LENGTH_ORDER: [usize; 19] = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15];
 
     /// LSB-first bits of the input.

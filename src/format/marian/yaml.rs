@@ -160,11 +160,7 @@ impl Parser {
             };
             let rest = rest.to_string();
             self.pos += 1;
-            let value = if rest.is_empty() {
-                self.nested(indent, depth)?
-            } else {
-                inline_value(&rest, number, depth)?
-            };
+            let value = if rest.is_empty() { self.nested(indent, depth)? } else { inline_value(&rest, number, depth)? };
             entries.push((key, value));
         }
         Ok(Yaml::Map(entries))
