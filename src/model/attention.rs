@@ -39,6 +39,46 @@ impl Ssru {
     }
 }
 
+/// Marian's average attention (AAN, "Accelerating NMT with an average attention network"):
+/// the running average of the layer's inputs through a small FFN (`hidden` layers with
+/// `activation`, then `projection` back to d when needed), gated with the input.
+pub struct AverageAttention {
+    pub norm: Norm,
+    pub hidden: Vec<Linear>,
+    pub projection: Option<Linear>,
+    pub activation: ops::Activation,
+    /// `sigmoid(Wi x + bi)` and `sigmoid(Wf y + bf)`: `y = gi * x + gf * y` (absent with
+    /// `transformer-aan-nogate`).
+    pub gate: Option<(Linear, Linear)>,
+}
+
+impl AverageAttention {
+    pub fn load(w: &WeightReader, scope: &str, d: usize, eps: Option<f32>) -> Result<Self> {
+        let mut hidden = Vec::new();
+        let mut input = d;
+        while w.contains(&format!("{scope}/linear_{}/weight", hidden.len())) {
+            let name = format!("{scope}/linear_{}", hidden.len());
+            let out = w.dims(&format!("{name}/weight"))?.first().copied().unwrap_or(0);
+            hidden.push(Linear::load(w, &name, out, input)?);
+            input = out;
+        }
+        let projection = if w.contains(&format!("{scope}/projection/weight")) {
+            Some(Linear::load(w, &format!("{scope}/projection"), d, input)?)
+        } else {
+            None
+        };
+        let activation = w.scalar(&format!("{scope}/activation"))?.unwrap_or(2.0) as i64;
+        let activation = ops::Activation::from_ct2_id(activation)
+            .ok_or_else(|| crate::error::Error::unsupported(format!("{scope}: activation #{activation} is not supported")))?;
+        let gate = if w.contains(&format!("{scope}/gate_input/weight")) {
+            Some((Linear::load(w, &format!("{scope}/gate_input"), d, d)?, Linear::load(w, &format!("{scope}/gate_forget"), d, d)?))
+        } else {
+            None
+        };
+        Ok(AverageAttention { norm: Norm::load(w, &format!("{scope}/layer_norm"), d, eps)?, hidden, projection, activation, gate })
+    }
+}
+
 /// Encoder-decoder attention: `linear_0` queries [d, d], `linear_1` fused KV [2d, d], `linear_2` output.
 pub struct CrossAttention {
     pub norm: Norm,

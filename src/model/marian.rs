@@ -157,6 +157,8 @@ pub struct MarianWeights<'a> {
     /// Use the precomputed activation scales (`*_QuantMultA`) of int8 weights.
     alphas: bool,
     decoder_kind: &'static str,
+    /// Pre-norm layers name their norms `*_ln_scale_pre` (Marian's `preProcess`).
+    pre_norm: bool,
 }
 
 fn get_str<'y>(config: &'y Yaml, key: &str, default: &'y str) -> &'y str {
@@ -194,12 +196,14 @@ impl<'a> MarianWeights<'a> {
         if emb.contains('n') || emb.contains('a') {
             return refuse(format!("transformer-postprocess-emb {emb:?} is not supported (d is)"));
         }
-        let activation = match get_str(config, "transformer-ffn-activation", "swish") {
-            "relu" => 0.0,
-            "swish" => 2.0,
-            "gelu" => 3.0,
-            other => return refuse(format!("transformer-ffn-activation {other:?} is not supported (relu, swish, gelu are)")),
+        // Marian's gelu is `x * sigmoid(1.702 x)` (Tolk's gelu-sigmoid).
+        let activation_id = |key: &str| match get_str(config, key, "swish") {
+            "relu" => Ok(0.0),
+            "swish" => Ok(2.0),
+            "gelu" => Ok(4.0),
+            other => Err(Error::unsupported(format!("Marian model: {key} {other:?} is not supported (relu, swish, gelu are)"))),
         };
+        let activation = activation_id("transformer-ffn-activation")?;
         let ffn_depth = get_num(config, "transformer-ffn-depth", 2.0);
         if ffn_depth != 2.0 {
             return refuse(format!("transformer-ffn-depth {ffn_depth} is not supported (2 is)"));
@@ -220,14 +224,14 @@ impl<'a> MarianWeights<'a> {
             ("self-attention", _) => "self-attention",
             ("rnn", "ssru") => "SSRU",
             ("rnn", cell) => return refuse(format!("decoder cell {cell:?} is not supported (ssru is)")),
-            ("average-attention", _) => return refuse("average-attention decoders are not supported yet".into()),
+            ("average-attention", _) => "average-attention",
             (other, _) => return refuse(format!("transformer-decoder-autoreg {other:?} is not supported")),
         };
         let heads = get_num(config, "transformer-heads", 8.0);
         let enc_depth = get_num(config, "enc-depth", 6.0) as usize;
         let dec_depth = get_num(config, "dec-depth", 6.0) as usize;
 
-        let mut w = MarianWeights { file, variables: BTreeMap::new(), aliases: BTreeMap::new(), alphas, decoder_kind };
+        let mut w = MarianWeights { file, variables: BTreeMap::new(), aliases: BTreeMap::new(), alphas, decoder_kind, pre_norm };
         // Embeddings: one table for everything (tied-embeddings-all), or per side.
         let (source_emb, target_emb) = if file.contains("Wemb") {
             ("Wemb", if file.contains("decoder_Wemb") { "decoder_Wemb" } else { "Wemb" })
@@ -270,7 +274,22 @@ impl<'a> MarianWeights<'a> {
         }
         for i in 0..dec_depth {
             let (s, m) = (format!("decoder/layer_{i}"), format!("decoder_l{}", i + 1));
-            if decoder_kind == "SSRU" {
+            if decoder_kind == "average-attention" {
+                let a = format!("{s}/average_attention");
+                let depth = get_num(config, "transformer-aan-depth", 2.0).max(1.0) as usize;
+                for j in 1..depth {
+                    w.linear(&format!("{a}/linear_{}", j - 1), &[&format!("{m}_aan_W{j}")])?;
+                }
+                if file.contains(&format!("{m}_aan_W{depth}")) {
+                    w.linear(&format!("{a}/projection"), &[&format!("{m}_aan_W{depth}")])?;
+                }
+                if !get_bool(config, "transformer-aan-nogate") {
+                    w.linear(&format!("{a}/gate_input"), &[&format!("{m}_aan_Wi")])?;
+                    w.linear(&format!("{a}/gate_forget"), &[&format!("{m}_aan_Wf")])?;
+                }
+                w.norm(&format!("{a}/layer_norm"), &format!("{m}_aan_ffn_ln"))?;
+                w.variables.insert(format!("{a}/activation"), Source::Scalar(activation_id("transformer-aan-activation")?));
+            } else if decoder_kind == "SSRU" {
                 w.matrix(&format!("{s}/ssru/linear_0/weight"), &[&format!("{m}_rnn_W")])?;
                 w.linear(&format!("{s}/ssru/linear_1"), &[&format!("{m}_rnn_Wf")])?;
                 w.norm(&format!("{s}/ssru/layer_norm"), &format!("{m}_rnn_ffn_ln"))?;
@@ -330,9 +349,12 @@ impl<'a> MarianWeights<'a> {
         Ok(())
     }
 
+    /// A block's norm: `{prefix}_scale`/`_bias` after it (post-norm) or, before it
+    /// (pre-norm), `{prefix}_scale_pre`/`_bias_pre`.
     fn norm(&mut self, scope: &str, prefix: &str) -> Result<()> {
-        self.vector(&format!("{scope}/gamma"), &[&format!("{prefix}_scale")])?;
-        self.vector(&format!("{scope}/beta"), &[&format!("{prefix}_bias")])
+        let pre = if self.pre_norm && !prefix.ends_with("top_ln") { "_pre" } else { "" };
+        self.vector(&format!("{scope}/gamma"), &[&format!("{prefix}_scale{pre}")])?;
+        self.vector(&format!("{scope}/beta"), &[&format!("{prefix}_bias{pre}")])
     }
 
     fn ffn(&mut self, scope: &str, prefix: &str) -> Result<()> {

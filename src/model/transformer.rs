@@ -4,7 +4,7 @@
 use crate::backend::cpu::attention::{attend_row, attend_row_padded, KvView};
 use crate::backend::cpu::{ops, Ctx};
 use crate::error::{Error, Result};
-use crate::model::attention::{CrossAttention, FeedForward, Scratch, SelfAttention, Ssru};
+use crate::model::attention::{AverageAttention, CrossAttention, FeedForward, Scratch, SelfAttention, Ssru};
 use crate::model::layers::{embeddings_scale, EmbeddingTable, Linear, Norm, Positions, WeightReader};
 use crate::model::DecoderSession;
 
@@ -35,6 +35,8 @@ enum DecoderSelfAttention {
     Attention(SelfAttention),
     /// A simpler simple recurrent unit (Marian's `dec-cell: ssru`): one state vector per row.
     Ssru(Ssru),
+    /// Marian's average attention: the running average of the inputs, one vector per row.
+    Average(AverageAttention),
 }
 
 pub struct DecoderLayer {
@@ -221,7 +223,7 @@ struct OutputSubset {
 pub struct DecoderState {
     /// For each row, the batch example whose encoder output it attends to.
     row_example: Vec<usize>,
-    /// SSRU cell states per layer: [rows, d] (empty for attention layers).
+    /// SSRU cell states or running averages per layer: [rows, d] (empty for attention layers).
     cells: Vec<Vec<f32>>,
     output: Option<OutputSubset>,
     /// Cached self-attention keys and values: [layer][row] -> [steps, d].
@@ -313,6 +315,8 @@ impl Decoder {
             let s = format!("{scope}/layer_{i}");
             let self_attention = if w.contains(&format!("{s}/ssru/linear_0/weight")) {
                 DecoderSelfAttention::Ssru(Ssru::load(w, &format!("{s}/ssru"), d, eps)?)
+            } else if w.contains(&format!("{s}/average_attention/layer_norm/gamma")) {
+                DecoderSelfAttention::Average(AverageAttention::load(w, &format!("{s}/average_attention"), d, eps)?)
             } else {
                 DecoderSelfAttention::Attention(SelfAttention::load(w, &format!("{s}/self_attention"), d, eps)?)
             };
@@ -385,7 +389,7 @@ impl Decoder {
             .layers
             .iter()
             .map(|l| match l.self_attention {
-                DecoderSelfAttention::Ssru(_) => vec![0.0; rows * d],
+                DecoderSelfAttention::Ssru(_) | DecoderSelfAttention::Average(_) => vec![0.0; rows * d],
                 DecoderSelfAttention::Attention(_) => Vec::new(),
             })
             .collect();
@@ -432,6 +436,9 @@ impl Decoder {
             match &layer.self_attention {
                 DecoderSelfAttention::Attention(block) => self.self_attention_step(ctx, l, block, &mut x, state, &mut scratch),
                 DecoderSelfAttention::Ssru(block) => self.ssru_step(ctx, block, &mut x, &mut state.cells[l], &mut scratch),
+                DecoderSelfAttention::Average(block) => {
+                    self.average_attention_step(ctx, block, &mut x, &mut state.cells[l], step, &mut scratch)
+                }
             }
             self.cross_attention_step(ctx, l, &layer.cross_attention, &mut x, state, &mut scratch);
             layer.ffn.forward(ctx, &mut x, rows, self.opts.pre_norm, &mut scratch);
@@ -520,6 +527,51 @@ impl Decoder {
         block.forget.forward(ctx, input, rows, &mut scratch.query);
         ops::ssru_update(cells, &scratch.hidden, &scratch.query, &mut scratch.proj);
         scratch.normed = normed;
+        self.finish_block(&block.norm, x, &scratch.proj);
+    }
+
+    /// `g = (g * t + x) / (t + 1)` (the average of the inputs so far), `y = FFN(g)`, gated
+    /// `y = sigmoid(Wi x + bi) * x + sigmoid(Wf y + bf) * y`, then residual and norm.
+    fn average_attention_step(
+        &self,
+        ctx: &Ctx,
+        block: &AverageAttention,
+        x: &mut [f32],
+        average: &mut [f32],
+        step: usize,
+        scratch: &mut Scratch,
+    ) {
+        let rows = average.len() / self.embeddings.dim().max(1);
+        let t = step as f32;
+        for (g, &v) in average.iter_mut().zip(x.iter()) {
+            *g = if step == 0 { v } else { (*g * t + v) / (t + 1.0) };
+        }
+        let mut y = std::mem::take(&mut scratch.normed);
+        y.clear();
+        y.extend_from_slice(average);
+        if self.opts.pre_norm {
+            block.norm.forward(&mut y);
+        }
+        for layer in &block.hidden {
+            layer.forward(ctx, &y, rows, &mut scratch.hidden);
+            block.activation.apply(&mut scratch.hidden);
+            std::mem::swap(&mut y, &mut scratch.hidden);
+        }
+        if let Some(projection) = &block.projection {
+            projection.forward(ctx, &y, rows, &mut scratch.hidden);
+            std::mem::swap(&mut y, &mut scratch.hidden);
+        }
+        if let Some((input_gate, forget_gate)) = &block.gate {
+            input_gate.forward(ctx, x, rows, &mut scratch.query);
+            forget_gate.forward(ctx, &y, rows, &mut scratch.context);
+            for (((v, &xi), &gi), &gf) in y.iter_mut().zip(x.iter()).zip(&scratch.query).zip(&scratch.context) {
+                let (gi, gf) = (1.0 / (1.0 + (-gi).exp()), 1.0 / (1.0 + (-gf).exp()));
+                *v = gi * xi + gf * *v;
+            }
+        }
+        scratch.proj.clear();
+        scratch.proj.extend_from_slice(&y);
+        scratch.normed = y;
         self.finish_block(&block.norm, x, &scratch.proj);
     }
 
