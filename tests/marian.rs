@@ -1,0 +1,126 @@
+//! Marian/Bergamot models through the family-neutral API: the real en-pt package (when
+//! `TOLK_MODELS` has it), family detection and its errors, package decoding defaults,
+//! shortlists as output subsets, compute types, and the same translations whichever
+//! way the package is named (directory, YAML, model file).
+mod common;
+
+use std::path::PathBuf;
+
+use tolk::{ComputeType, ErrorKind, Model, TextOptions, TranslateOptions, Translator, TranslatorConfig};
+
+fn en_pt() -> Option<PathBuf> {
+    let root = std::env::var_os("TOLK_MODELS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("models"));
+    let candidates = [root.join("en-pt-bergamot"), PathBuf::from("../shared/models/en-pt-bergamot")];
+    let found = candidates.into_iter().find(|p| p.join("model.enpt.intgemm.alphas.bin").is_file());
+    if found.is_none() {
+        eprintln!("skipped: no en-pt-bergamot model under TOLK_MODELS");
+    }
+    found
+}
+
+const ENGLISH: [&str; 4] = [
+    "Love your enemies.",
+    "The light shines in the darkness, and the darkness hasn't overcome it.",
+    "Blessed are the poor in spirit, for theirs is the Kingdom of Heaven.",
+    "I am the way, the truth, and the life.",
+];
+
+fn translate(model: &Model, options: Option<TranslateOptions>) -> Vec<String> {
+    let translator = Translator::with_config(model, &TranslatorConfig::default()).unwrap();
+    let options = options.unwrap_or_else(|| translator.default_options());
+    let text = TextOptions { split_mode: tolk::SplitMode::Lines, ..TextOptions::default() };
+    translator.translate_text(&ENGLISH, &options, &text).unwrap().into_iter().map(|t| t.text).collect()
+}
+
+#[test]
+fn the_bergamot_package_translates_with_its_own_settings() {
+    let Some(dir) = en_pt() else { return };
+    let model = Model::load(&dir).unwrap();
+    let description = model.translation_model().description();
+    assert!(description.contains("SSRU") && description.contains("shortlist"), "{description}");
+    assert_eq!(model.compute_type(), ComputeType::Int8, "gemm-precision int8shiftAlphaAll");
+    let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+    let options = translator.default_options();
+    // config.intgemm8bitalpha.yml: beam 1, normalize 1, max-length-factor 2.5, mini-batch 64;
+    // Marian never generates <unk> unless allow-unk.
+    assert_eq!((options.beam_size, options.length_penalty, options.max_length_factor), (1, 1.0, 2.5));
+    assert_eq!(options.max_batch_size, 64);
+    assert!(options.disable_unk && options.use_shortlist);
+    let out = translate(&model, None);
+    assert_eq!(out[0], "Ame seus inimigos.");
+    assert!(out.iter().all(|t| !t.is_empty() && !t.contains('▁')), "{out:?}");
+    assert!(out[3].contains("caminho") && out[3].contains("verdade") && out[3].contains("vida"), "{}", out[3]);
+}
+
+#[test]
+fn the_package_is_found_from_its_directory_yaml_or_model_file() {
+    let Some(dir) = en_pt() else { return };
+    let by_dir = translate(&Model::load(&dir).unwrap(), None);
+    let by_yaml = translate(&Model::load(dir.join("config.intgemm8bitalpha.yml")).unwrap(), None);
+    assert_eq!(by_dir, by_yaml);
+    // The bare model file: vocabularies found beside it, no package settings (CTranslate2's
+    // defaults), no shortlist.
+    let bare = Model::load(dir.join("model.enpt.intgemm.alphas.bin")).unwrap();
+    assert!(!bare.translation_model().description().contains("shortlist"));
+    let translator = Translator::with_config(&bare, &TranslatorConfig::default()).unwrap();
+    assert_eq!(translator.default_options().beam_size, TranslateOptions::default().beam_size);
+}
+
+#[test]
+fn the_shortlist_restricts_the_output_and_can_be_turned_off() {
+    let Some(dir) = en_pt() else { return };
+    let model = Model::load(&dir).unwrap();
+    let m = model.translation_model();
+    let vocabulary = m.target_vocabulary().len();
+    let source: Vec<u32> = ["▁Love", "▁your", "▁enemies", "."].iter().map(|t| m.source_vocabulary().id_or_unk(t)).collect();
+    let candidates = m.output_candidates(&[source]).expect("the package has a shortlist");
+    assert!(candidates.len() < vocabulary / 10 && candidates.len() % 8 == 0, "{}", candidates.len());
+    assert!(candidates.windows(2).all(|w| w[0] < w[1]));
+    let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+    let full = TranslateOptions { use_shortlist: false, ..translator.default_options() };
+    let out = translate(&model, Some(full));
+    assert!(out.iter().all(|t| !t.is_empty()), "{out:?}");
+}
+
+#[test]
+fn compute_types_override_the_package_precision() {
+    let Some(dir) = en_pt() else { return };
+    for compute_type in [ComputeType::Float32, ComputeType::Int16, ComputeType::Int8] {
+        let model = Model::load_with(&dir, compute_type).unwrap();
+        assert_eq!(model.compute_type(), compute_type);
+        let out = translate(&model, None);
+        assert!(out[0].starts_with("Ame"), "{compute_type:?}: {out:?}");
+    }
+}
+
+#[test]
+fn every_isa_translates_the_package_identically() {
+    let Some(dir) = en_pt() else { return };
+    let model = Model::load(&dir).unwrap();
+    let reference = tolk::backend::cpu::isa::with_isa(tolk::backend::cpu::isa::Isa::Scalar, || translate(&model, None));
+    for level in tolk::backend::cpu::isa::available() {
+        let out = tolk::backend::cpu::isa::with_isa(level, || translate(&model, None));
+        assert_eq!(out, reference, "{level:?}");
+    }
+}
+
+#[test]
+fn a_folder_of_neither_family_says_what_was_looked_for() {
+    let dir = common::temp_dir("marian-neither");
+    std::fs::write(dir.join("notes.txt"), "nothing").unwrap();
+    let e = Model::load(&dir).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::Io);
+    assert!(e.message.contains("model.bin + config.json") && e.message.contains("Marian"), "{}", e.message);
+    // A Marian package whose YAML names a missing model, or has no vocabulary.
+    std::fs::write(dir.join("config.yml"), "models:\n  - missing.bin\nvocabs:\n  - vocab.spm\n").unwrap();
+    let e = Model::load(&dir).err().unwrap();
+    assert!(e.message.contains("missing.bin"), "{}", e.message);
+    // A Bergamot model renamed model.bin is not mistaken for a CTranslate2 model.
+    std::fs::write(dir.join("config.yml"), "models:\n  - model.bin\nvocabs:\n  - vocab.yml\n").unwrap();
+    let mut bin = 1u64.to_le_bytes().to_vec();
+    bin.extend_from_slice(&0u64.to_le_bytes());
+    std::fs::write(dir.join("model.bin"), &bin).unwrap();
+    std::fs::write(dir.join("vocab.yml"), "\"</s>\": 0\n\"<unk>\": 1\n").unwrap();
+    let e = Model::load(&dir).err().unwrap();
+    assert!(!e.message.contains("binary version"), "{}", e.message);
+}
