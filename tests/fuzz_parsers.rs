@@ -327,6 +327,37 @@ fn vocabulary_seeds() -> Vec<Vec<u8>> {
     ]
 }
 
+fn marian_model_seeds() -> Vec<Vec<u8>> {
+    let arrays = bodies::small_marian_arrays();
+    let mut seeds = vec![
+        bodies::small_marian_bin(),
+        bodies::npz(&arrays, false),
+        bodies::npz(&arrays, true),
+        b"relative-paths: true\nmodels:\n  - model.bin\nvocabs:\n- a.spm\n- 'b.spm'\nshortlist:\n    - lex.bin\n    - false\nbeam-size: 1 # c\ninput-types: []\ntop: \"\"\nnested:\n  a: {x: 1, y: [2, \"3\"]}\n  b:\n    - k: v\n      k2: v2\n    - - deep\n".to_vec(),
+        "\"</s>\": 0\n\"<unk>\": 1\n▁the: 2\n\"\\u00e9\\ud83d\\ude00\": 3\n'it''s': 4\n".as_bytes().to_vec(),
+    ];
+    if let Some(root) = models_root() {
+        let dir = root.join("en-pt-bergamot");
+        if let Ok(b) = std::fs::read(dir.join("config.intgemm8bitalpha.yml")) {
+            seeds.push(b);
+        }
+        // The real header (195 names and shapes); the data is cut off.
+        if let Ok(b) = std::fs::read(dir.join("model.enpt.intgemm.alphas.bin")) {
+            seeds.push(b[..b.len().min(16 * 1024)].to_vec());
+        }
+    }
+    seeds
+}
+
+fn shortlist_seeds() -> Vec<Vec<u8>> {
+    vec![
+        bodies::binary_shortlist(3, 2, &[&[0, 5], &[], &[7, 9], &[2]]),
+        bodies::binary_shortlist(0, 4, &[&[1, 2, 3, 4], &[60, 70]]),
+        bodies::binary_shortlist(50, 50, &[]),
+        b"w5 w1 0.5\nw9 w1 0.1\nw9 w1 0.7\nNULL w1 0.9\nw3 w2 -1\nxa w0 0.2\nw4 w6 nan\n".to_vec(),
+    ]
+}
+
 // ------------------------------------------------------------------ tests
 
 /// Inputs that crashed a target once (hex), replayed before the mutations.
@@ -335,6 +366,8 @@ const SPM_ENCODE_REGRESSIONS: &[&str] = &[];
 const MODEL_BIN_REGRESSIONS: &[&str] = &[];
 const CONFIG_REGRESSIONS: &[&str] = &[];
 const VOCABULARY_REGRESSIONS: &[&str] = &[];
+const MARIAN_MODEL_REGRESSIONS: &[&str] = &[];
+const SHORTLIST_REGRESSIONS: &[&str] = &[];
 
 #[test]
 fn fuzz_sentencepiece_model() {
@@ -343,7 +376,7 @@ fn fuzz_sentencepiece_model() {
         bodies::sentencepiece_model,
         SPM_MODEL_REGRESSIONS,
         spm_model_seeds(),
-        5.0,
+        4.0,
         200_000,
     );
 }
@@ -355,7 +388,7 @@ fn fuzz_sentencepiece_encode() {
         bodies::sentencepiece_encode,
         SPM_ENCODE_REGRESSIONS,
         spm_encode_seeds(),
-        4.0,
+        3.0,
         500_000,
     );
 }
@@ -367,7 +400,7 @@ fn fuzz_ct2_model_bin() {
         bodies::ct2_model_bin,
         MODEL_BIN_REGRESSIONS,
         model_bin_seeds(),
-        3.0,
+        2.5,
         500_000,
     );
 }
@@ -379,7 +412,7 @@ fn fuzz_ct2_config() {
         bodies::ct2_config,
         CONFIG_REGRESSIONS,
         config_seeds(),
-        1.5,
+        1.25,
         500_000,
     );
 }
@@ -391,7 +424,31 @@ fn fuzz_ct2_vocabulary() {
         bodies::ct2_vocabulary,
         VOCABULARY_REGRESSIONS,
         vocabulary_seeds(),
-        1.5,
+        1.25,
+        500_000,
+    );
+}
+
+#[test]
+fn fuzz_marian_model() {
+    fuzz(
+        "marian_model",
+        bodies::marian_model,
+        MARIAN_MODEL_REGRESSIONS,
+        marian_model_seeds(),
+        2.0,
+        500_000,
+    );
+}
+
+#[test]
+fn fuzz_shortlist() {
+    fuzz(
+        "shortlist",
+        bodies::shortlist,
+        SHORTLIST_REGRESSIONS,
+        shortlist_seeds(),
+        1.0,
         500_000,
     );
 }
@@ -416,12 +473,14 @@ fn generated_models_keep_the_invariants() {
 #[ignore]
 fn write_seed_corpus() {
     let root = PathBuf::from(std::env::var("TOLK_FUZZ_CORPUS").expect("TOLK_FUZZ_CORPUS not set"));
-    let sets: [(&str, Vec<Vec<u8>>); 5] = [
+    let sets: [(&str, Vec<Vec<u8>>); 7] = [
         ("sentencepiece_model", spm_model_seeds()),
         ("sentencepiece_encode", spm_encode_seeds()),
         ("ct2_model_bin", model_bin_seeds()),
         ("ct2_config", config_seeds()),
         ("ct2_vocabulary", vocabulary_seeds()),
+        ("marian_model", marian_model_seeds()),
+        ("shortlist", shortlist_seeds()),
     ];
     for (name, seeds) in sets {
         let dir = root.join(name);

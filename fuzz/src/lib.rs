@@ -184,15 +184,7 @@ pub fn generated_model(o: ModelOptions) -> Vec<u8> {
     varint_field(43, u64::MAX, &mut ts); // pad_id = -1
     bytes_field(2, &ts, &mut m);
     let mut ns = Vec::new();
-    bytes_field(
-        1,
-        if o.charsmap {
-            b"generated"
-        } else {
-            b"identity"
-        },
-        &mut ns,
-    );
+    bytes_field(1, if o.charsmap { b"generated" } else { b"identity" }, &mut ns);
     if o.charsmap {
         bytes_field(2, &precompiled_charsmap(CHARSMAP_RULES), &mut ns);
     }
@@ -264,18 +256,14 @@ fn double_array(mut keys: Vec<(&[u8], u32)>) -> Vec<u32> {
                 units.resize(need, 0);
                 used.resize(need, false);
             }
-            let free = (value.is_none() || !used[base])
-                && labels.iter().all(|&(c, _, _)| !used[base ^ c as usize]);
+            let free = (value.is_none() || !used[base]) && labels.iter().all(|&(c, _, _)| !used[base ^ c as usize]);
             if free {
                 break base;
             }
             base += 1;
         };
         let offset = (slot ^ base) as u32;
-        assert!(
-            offset < 1 << 21,
-            "double array too large for a plain offset"
-        );
+        assert!(offset < 1 << 21, "double array too large for a plain offset");
         units[slot] |= offset << 10 | u32::from(value.is_some()) << 8;
         if let Some(v) = value {
             used[base] = true;
@@ -310,12 +298,7 @@ pub fn generated_models() -> &'static [(ModelOptions, SentencePiece)] {
 /// current directory or its parent), loaded once; empty when there are none.
 pub fn real_models() -> &'static [SentencePiece] {
     static MODELS: OnceLock<Vec<SentencePiece>> = OnceLock::new();
-    MODELS.get_or_init(|| {
-        real_model_paths()
-            .iter()
-            .filter_map(|p| SentencePiece::load(p).ok())
-            .collect()
-    })
+    MODELS.get_or_init(|| real_model_paths().iter().filter_map(|p| SentencePiece::load(p).ok()).collect())
 }
 
 /// The SentencePiece files of the shared models that exist here.
@@ -324,23 +307,15 @@ pub fn real_model_paths() -> Vec<std::path::PathBuf> {
     if let Ok(p) = std::env::var("TOLK_MODELS") {
         roots.push(p.into());
     }
-    for r in [
-        "models",
-        "../shared/models",
-        "../models",
-        "../../shared/models",
-    ] {
+    for r in ["models", "../shared/models", "../models", "../../shared/models"] {
         roots.push(r.into());
     }
     for root in roots {
-        let files: Vec<_> = [
-            "zh-en-ct2/sentencepiece.model",
-            "en-pt-bergamot/vocab.enpt.spm",
-        ]
-        .iter()
-        .map(|rel| root.join(rel))
-        .filter(|p| p.is_file())
-        .collect();
+        let files: Vec<_> = ["zh-en-ct2/sentencepiece.model", "en-pt-bergamot/vocab.enpt.spm"]
+            .iter()
+            .map(|rel| root.join(rel))
+            .filter(|p| p.is_file())
+            .collect();
         if !files.is_empty() {
             return files;
         }
@@ -364,18 +339,11 @@ pub fn real_model_paths() -> Vec<std::path::PathBuf> {
 /// with `▁` turned back into spaces, less a leading one when the decoder strips it
 /// (`strip`: the model escapes whitespace and has `add_dummy_prefix` or
 /// `remove_extra_whitespaces`).
-pub fn check_encoding(
-    sp: &SentencePiece,
-    text: &str,
-    decoder_strips: Option<bool>,
-) -> Vec<EncodedPiece> {
+pub fn check_encoding(sp: &SentencePiece, text: &str, decoder_strips: Option<bool>) -> Vec<EncodedPiece> {
     let with_offsets = sp.encode_with_offsets(text);
     let with_ids = sp.encode_with_ids(text);
     let same = with_offsets.len() == with_ids.len()
-        && with_offsets
-            .iter()
-            .zip(&with_ids)
-            .all(|(a, (p, id))| &a.piece == p && a.id == *id);
+        && with_offsets.iter().zip(&with_ids).all(|(a, (p, id))| &a.piece == p && a.id == *id);
     assert!(same, "encode_with_offsets {with_offsets:?} differs from encode_with_ids {with_ids:?} for {text:?}");
     let ids: Vec<u32> = with_ids.iter().map(|p| p.1).collect();
     assert_eq!(sp.encode_ids(text), ids, "encode_ids of {text:?}");
@@ -397,10 +365,7 @@ pub fn check_encoding(
     for p in &with_offsets {
         match sp.piece_type(p.id) {
             Some(PieceType::Byte) => {
-                let hex = p
-                    .piece
-                    .get(3..5)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                let hex = p.piece.get(3..5).and_then(|h| u8::from_str_radix(h, 16).ok());
                 spelled.push(hex.unwrap_or_else(|| panic!("byte piece {:?}", p.piece)));
             }
             _ => spelled.extend_from_slice(p.piece.as_bytes()),
@@ -410,10 +375,7 @@ pub fn check_encoding(
         spelled == normalized.as_bytes(),
         "pieces {with_offsets:?} do not spell the normalized {normalized:?} of {text:?}"
     );
-    assert!(
-        sp.decode_ids(&ids).is_ok(),
-        "the ids of an encoding do not decode: {ids:?}"
-    );
+    assert!(sp.decode_ids(&ids).is_ok(), "the ids of an encoding do not decode: {ids:?}");
     let pieces: Vec<&str> = with_offsets.iter().map(|p| p.piece.as_str()).collect();
     let decoded = sp.decode(&pieces);
     let Some(strip) = decoder_strips else {
@@ -436,10 +398,7 @@ pub fn check_encoding(
             Some(rest) if strip => rest.replace('▁', " "),
             _ => normalized.replace('▁', " "),
         };
-        assert_eq!(
-            decoded, expected,
-            "decode(encode({text:?})) with pieces {pieces:?}"
-        );
+        assert_eq!(decoded, expected, "decode(encode({text:?})) with pieces {pieces:?}");
     }
     with_offsets
 }
@@ -468,10 +427,7 @@ pub fn sentencepiece_model(data: &[u8]) {
     let mut texts: Vec<String> = PROBES.iter().map(|s| s.to_string()).collect();
     texts.push(String::from_utf8_lossy(&data[data.len().saturating_sub(48)..]).into_owned());
     let n = sp.len().min(64) as u32;
-    let own: String = (0..n)
-        .filter_map(|id| sp.id_to_piece(id))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let own: String = (0..n).filter_map(|id| sp.id_to_piece(id)).collect::<Vec<_>>().join(" ");
     texts.push(own.chars().take(400).collect());
     for t in &texts {
         check_encoding(&sp, t, None);
@@ -508,21 +464,11 @@ pub fn ct2_model_bin(data: &[u8]) {
     let Ok(bin) = ModelBin::from_bytes(data) else {
         return;
     };
-    let names: Vec<String> = bin
-        .variable_names()
-        .chain(bin.alias_names())
-        .map(str::to_string)
-        .collect();
+    let names: Vec<String> = bin.variable_names().chain(bin.alias_names()).map(str::to_string).collect();
     for name in &names {
-        let v = bin
-            .resolve(name)
-            .unwrap_or_else(|| panic!("{name:?} does not resolve"));
+        let v = bin.resolve(name).unwrap_or_else(|| panic!("{name:?} does not resolve"));
         if let Ok(t) = bin.tensor(name) {
-            assert_eq!(
-                t.len(),
-                v.num_elements(),
-                "tensor {name:?} has the wrong length"
-            );
+            assert_eq!(t.len(), v.num_elements(), "tensor {name:?} has the wrong length");
         }
         let _ = bin.scalar(name);
         let _ = bin.quantized(name);
@@ -548,11 +494,8 @@ pub fn ct2_vocabulary(data: &[u8]) {
         return;
     };
     let text = String::from_utf8_lossy(rest);
-    let vocab = if kind & 1 == 0 {
-        Vocabulary::from_json(&text, "<unk>")
-    } else {
-        Vocabulary::from_lines(&text, "<unk>")
-    };
+    let vocab =
+        if kind & 1 == 0 { Vocabulary::from_json(&text, "<unk>") } else { Vocabulary::from_lines(&text, "<unk>") };
     let Ok(v) = vocab else { return };
     assert!(!v.is_empty());
     for id in 0..v.len().min(256) as u32 {
@@ -579,9 +522,7 @@ pub fn small_model_bin() -> Vec<u8> {
     fn var(out: &mut Vec<u8>, name: &str, shape: &[u32], dtype: u8, data: &[u8]) {
         s(out, name);
         out.push(shape.len() as u8);
-        shape
-            .iter()
-            .for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
+        shape.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
         out.push(dtype);
         out.extend_from_slice(&(data.len() as u32).to_le_bytes());
         out.extend_from_slice(data);
@@ -605,5 +546,310 @@ pub fn small_model_bin() -> Vec<u8> {
     s(&mut b, "a/weight");
     s(&mut b, "c/bias");
     s(&mut b, "b/bias");
+    b
+}
+
+// ------------------------------------------------------------------ Marian models and shortlists
+
+/// Arbitrary bytes as a Marian model (`.bin`, or `.npz` when they start like a ZIP) and
+/// as YAML text: loading gives a model or an error; every item of a loaded one reads
+/// without panicking, with as many values as its shape says.
+pub fn marian_model(data: &[u8]) {
+    use tolk::format::marian::{yaml, MarianFile};
+    let _ = yaml::parse(&String::from_utf8_lossy(data));
+    let Ok(m) = MarianFile::from_bytes(data.to_vec()) else {
+        return;
+    };
+    for item in m.items() {
+        assert_eq!(m.get(&item.name), Some(item), "{} is not found by name", item.name);
+        let n = item.elements();
+        assert_eq!(m.bytes(item).len(), n * item.item_type.element_size(), "{}", item.name);
+        if let Ok(v) = m.float_values(&item.name) {
+            assert_eq!(v.len(), n, "{}", item.name);
+        }
+        if let Ok((v, _)) = m.intgemm8(&item.name) {
+            assert_eq!(v.len(), n, "{}", item.name);
+        }
+        if let Ok((v, _)) = m.intgemm16(&item.name) {
+            assert_eq!(v.len(), n, "{}", item.name);
+        }
+        if let Ok(v) = m.intgemm_dequantized(&item.name) {
+            assert_eq!(v.len(), n, "{}", item.name);
+        }
+        let _ = m.quant_mult_a(&item.name);
+    }
+    let _ = m.model_config();
+    m.release_pages();
+}
+
+/// Arbitrary bytes as a binary shortlist (checksum verified and not) and as a text one;
+/// a shortlist that loads generates, for source ids taken from the input, a sorted set
+/// of target ids with Marian's guarantees (the `first` ids, a multiple of 8 unless the
+/// vocabulary ran out).
+pub fn shortlist(data: &[u8]) {
+    use tolk::format::shortlist::Shortlist;
+    let vocabulary = 1 + data.first().map_or(0, |&b| usize::from(b) * 3);
+    let mut ids: Vec<u32> = data.iter().rev().take(24).map(|&b| u32::from(b) % 80).collect();
+    ids.push(u32::MAX);
+    let check = |s: &Shortlist, shared: bool| {
+        let out = s.generate(&ids, vocabulary, shared);
+        assert!(out.windows(2).all(|w| w[0] < w[1]), "not sorted and unique: {out:?}");
+        assert!(out.iter().all(|&t| (t as usize) < vocabulary), "{out:?} past {vocabulary}");
+        let first = s.first().min(vocabulary);
+        assert!(out.iter().take(first).copied().eq(0..first as u32), "the first {first} ids are not all in {out:?}");
+        // The padding stops short of a multiple of 8 only when every id is taken.
+        assert!(out.len().is_multiple_of(8) || out.len() == vocabulary, "{} ids: {out:?}", out.len());
+        if shared {
+            let mut inside = ids.iter().filter(|&&i| (i as usize) < vocabulary);
+            assert!(inside.all(|i| out.binary_search(i).is_ok()), "a shared source id is missing");
+        }
+        let _ = s.check_target_vocabulary(vocabulary);
+    };
+    for verify in [false, true] {
+        if let Ok(s) = Shortlist::from_binary_bytes(data, verify) {
+            check(&s, verify);
+            for i in 0..s.source_words().min(64) as u32 {
+                let _ = s.candidates(i);
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(data);
+    let id =
+        |w: &str| (!w.starts_with('x')).then(|| w.bytes().fold(7u32, |h, b| h.wrapping_mul(31) ^ u32::from(b)) % 97);
+    if let Ok(s) = Shortlist::from_text(&text, Some(3), Some(2), id, id) {
+        check(&s, true);
+        check(&s, false);
+    }
+}
+
+/// A Marian `.bin` as `saveItems` writes it: items `(name, type code, shape, data)`,
+/// the data padded to 256 bytes each.
+pub fn marian_bin(items: &[(&str, u64, Vec<i32>, Vec<u8>)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    let u64s = |b: &mut Vec<u8>, v: u64| b.extend_from_slice(&v.to_le_bytes());
+    u64s(&mut b, 1);
+    u64s(&mut b, items.len() as u64);
+    for (name, code, shape, data) in items {
+        for v in [name.len() + 1, *code as usize, shape.len(), data.len().next_multiple_of(256)] {
+            u64s(&mut b, v as u64);
+        }
+    }
+    for (name, ..) in items {
+        b.extend_from_slice(name.as_bytes());
+        b.push(0);
+    }
+    for (_, _, shape, _) in items {
+        shape.iter().for_each(|d| b.extend_from_slice(&d.to_le_bytes()));
+    }
+    let next = ((b.len() + 8) / 256 + 1) * 256;
+    let padding = next - b.len() - 8;
+    u64s(&mut b, padding as u64);
+    b.resize(next, 0);
+    for (.., data) in items {
+        b.extend_from_slice(data);
+        b.resize(b.len().next_multiple_of(256), 0);
+    }
+    b
+}
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// intgemm data: the values, then the float32 quantMult.
+pub fn intgemm_bytes(values: &[u8], quant_mult: f32) -> Vec<u8> {
+    let mut b = values.to_vec();
+    b.extend_from_slice(&quant_mult.to_le_bytes());
+    b
+}
+
+/// The items of [`small_marian_bin`]: every type Tolk reads and both kinds of
+/// activation scale.
+pub fn small_marian_items() -> Vec<(&'static str, u64, Vec<i32>, Vec<u8>)> {
+    let yml = b"type: transformer\ndim-emb: 2\ndec-cell: ssru\nvocabs: [a, b]\n\0".to_vec();
+    vec![
+        ("Wemb", 0x4101, vec![3, 2], intgemm_bytes(&[127, 0x81, 5, 0, 0xfb, 64], 12.5)),
+        ("Wemb_QuantMultA", 0x4101, vec![1, 1], intgemm_bytes(&[127], 14.0)),
+        ("decoder_b", 0x404, vec![1, 3], f32_bytes(&[0.5, -1.0, 2.0])),
+        ("decoder_h", 0x402, vec![1, 2], vec![0x00, 0x38, 0x00, 0xc0]),
+        ("encoder_W", 0x10001, vec![2, 2], intgemm_bytes(&[1, 2, 3, 0xfc], 8.0)),
+        ("encoder_W_QuantMultA", 0x404, vec![1, 1], f32_bytes(&[3.25])),
+        ("encoder_W16", 0x4102, vec![1, 2], intgemm_bytes(&[0x00, 0x04, 0xff, 0xff], 1024.0)),
+        ("steps", 0x104, vec![1], 7i32.to_le_bytes().to_vec()),
+        ("special:model.yml", 0x101, vec![yml.len() as i32], yml),
+    ]
+}
+
+/// A small valid Marian `.bin` ([`small_marian_items`]).
+pub fn small_marian_bin() -> Vec<u8> {
+    marian_bin(&small_marian_items())
+}
+
+/// A `.npy` (version 1) array as numpy writes it.
+pub fn npy(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    b.extend_from_slice(header.as_bytes());
+    b.extend_from_slice(data);
+    b
+}
+
+/// A ZIP archive of `NAME.npy` entries (stored, or deflated with [`deflate_fixed`]).
+pub fn npz(arrays: &[(&str, Vec<u8>)], deflate: bool) -> Vec<u8> {
+    let (mut out, mut central) = (Vec::new(), Vec::new());
+    let u16s = |b: &mut Vec<u8>, v: usize| b.extend_from_slice(&(v as u16).to_le_bytes());
+    let u32s = |b: &mut Vec<u8>, v: usize| b.extend_from_slice(&(v as u32).to_le_bytes());
+    for (name, npy) in arrays {
+        let file = format!("{name}.npy");
+        let (method, body) = if deflate { (8, deflate_fixed(npy)) } else { (0, npy.clone()) };
+        let crc = tolk::format::marian::npz::crc32(npy) as usize;
+        let offset = out.len();
+        u32s(&mut out, 0x0403_4b50);
+        for v in [20, 0, method, 0, 0] {
+            u16s(&mut out, v);
+        }
+        for v in [crc, body.len(), npy.len()] {
+            u32s(&mut out, v);
+        }
+        u16s(&mut out, file.len());
+        u16s(&mut out, 0);
+        out.extend_from_slice(file.as_bytes());
+        out.extend_from_slice(&body);
+        u32s(&mut central, 0x0201_4b50);
+        for v in [20, 20, 0, method, 0, 0] {
+            u16s(&mut central, v);
+        }
+        for v in [crc, body.len(), npy.len()] {
+            u32s(&mut central, v);
+        }
+        for v in [file.len(), 0, 0, 0, 0] {
+            u16s(&mut central, v);
+        }
+        u32s(&mut central, 0);
+        u32s(&mut central, offset);
+        central.extend_from_slice(file.as_bytes());
+    }
+    let cd_offset = out.len();
+    out.extend_from_slice(&central);
+    u32s(&mut out, 0x0605_4b50);
+    for v in [0, 0, arrays.len(), arrays.len()] {
+        u16s(&mut out, v);
+    }
+    u32s(&mut out, central.len());
+    u32s(&mut out, cd_offset);
+    u16s(&mut out, 0);
+    out
+}
+
+/// The arrays of a small Marian `.npz`: config, float32 matrix, float16 and int32 vectors.
+pub fn small_marian_arrays() -> Vec<(&'static str, Vec<u8>)> {
+    let yml = b"type: transformer\ndim-emb: 2\n\0";
+    vec![
+        ("special:model.yml", npy("|i1", &[yml.len()], yml)),
+        ("Wemb", npy("<f4", &[3, 2], &f32_bytes(&[1.0, -2.0, 0.5, 0.5, 0.5, 0.5]))),
+        ("decoder_h", npy("<f2", &[2], &[0x00, 0x38, 0x00, 0xc0])),
+        ("steps", npy("<i4", &[], &7i32.to_le_bytes())),
+    ]
+}
+
+/// Deflate (RFC 1951) with one fixed-Huffman block and greedy matches: small, valid
+/// streams with back-references for seeds and tests.
+pub fn deflate_fixed(data: &[u8]) -> Vec<u8> {
+    const LEN_BASE: [usize; 29] = [
+        3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227,
+        258,
+    ];
+    const LEN_EXTRA: [u32; 29] =
+        [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0];
+    const DIST_BASE: [usize; 30] = [
+        1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097,
+        6145, 8193, 12289, 16385, 24577,
+    ];
+    const DIST_EXTRA: [u32; 30] =
+        [0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13];
+    struct W {
+        out: Vec<u8>,
+        acc: u64,
+        n: u32,
+    }
+    impl W {
+        fn bits(&mut self, v: u32, n: u32) {
+            self.acc |= u64::from(v) << self.n;
+            self.n += n;
+            while self.n >= 8 {
+                self.out.push(self.acc as u8);
+                self.acc >>= 8;
+                self.n -= 8;
+            }
+        }
+        /// A Huffman code, most significant bit first.
+        fn code(&mut self, code: u32, n: u32) {
+            self.bits(code.reverse_bits() >> (32 - n), n);
+        }
+        fn symbol(&mut self, s: usize) {
+            match s {
+                0..=143 => self.code(0x30 + s as u32, 8),
+                144..=255 => self.code(0x190 + (s - 144) as u32, 9),
+                256..=279 => self.code((s - 256) as u32, 7),
+                _ => self.code(0xc0 + (s - 280) as u32, 8),
+            }
+        }
+    }
+    let mut w = W { out: Vec::new(), acc: 0, n: 0 };
+    w.bits(1, 1);
+    w.bits(1, 2);
+    let mut i = 0;
+    while i < data.len() {
+        let (mut best, mut at) = (0, 0);
+        for j in i.saturating_sub(4096)..i {
+            let l = (0..258.min(data.len() - i)).take_while(|&k| data[j + k] == data[i + k]).count();
+            if l > best {
+                (best, at) = (l, j);
+            }
+        }
+        if best < 3 {
+            w.symbol(usize::from(data[i]));
+            i += 1;
+            continue;
+        }
+        let k = LEN_BASE.iter().rposition(|&b| b <= best).unwrap();
+        w.symbol(257 + k);
+        w.bits((best - LEN_BASE[k]) as u32, LEN_EXTRA[k]);
+        let d = i - at;
+        let k = DIST_BASE.iter().rposition(|&b| b <= d).unwrap();
+        w.code(k as u32, 5);
+        w.bits((d - DIST_BASE[k]) as u32, DIST_EXTRA[k]);
+        i += best;
+    }
+    w.symbol(256);
+    if w.n > 0 {
+        w.out.push(w.acc as u8);
+    }
+    w.out
+}
+
+/// A binary shortlist (`lex.*.s2t.bin`) with one sorted list per source word and a
+/// correct checksum.
+pub fn binary_shortlist(first: u64, best: u64, lists: &[&[u32]]) -> Vec<u8> {
+    let mut offsets = vec![0u64];
+    lists.iter().for_each(|l| offsets.push(offsets.last().unwrap() + l.len() as u64));
+    let ids: Vec<u32> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+    let mut b = Vec::new();
+    let words = [tolk::format::shortlist::MAGIC, 0, first, best, offsets.len() as u64, ids.len() as u64];
+    words.iter().chain(&offsets).for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+    ids.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+    let sum =
+        tolk::format::shortlist::checksum(b[16..].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())));
+    b[8..16].copy_from_slice(&sum.to_le_bytes());
     b
 }

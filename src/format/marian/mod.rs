@@ -402,7 +402,7 @@ impl MarianFile {
     pub fn quant_mult_a(&self, name: &str) -> Result<Option<f32>> {
         let Some(item) = self.get(name) else { return Ok(None) };
         match item.item_type {
-            MarianType::Float32 if item.elements >= 1 => Ok(self.float_values(name)?.first().copied()),
+            MarianType::Float32 if item.elements == 1 => Ok(self.float_values(name)?.first().copied()),
             MarianType::Intgemm8 if item.elements == 1 => Ok(self.intgemm_dequantized(name)?.first().copied()),
             t => Err(Error::invalid_model(format!(
                 "{name} ({} of shape {:?}) is not an activation scale",
