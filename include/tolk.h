@@ -447,7 +447,8 @@ struct TolkTranslateOptions tolk_translate_options_default(void);
  *
  * # Safety
  * `translator` is NULL or a live translator; `out` is NULL or points to writable
- * options whose `struct_size` the caller set (or 0 for this version's size).
+ * options whose `struct_size` the caller set (0 = this version's size, which is then
+ * stored in `struct_size`).
  */
 enum TolkStatus tolk_translator_translate_options(const struct TolkTranslator *translator,
                                                   struct TolkTranslateOptions *out);

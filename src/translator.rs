@@ -343,7 +343,9 @@ impl Translator {
         };
         if options.max_length_factor > 0.0 {
             let longest = source_ids.iter().map(Vec::len).max().unwrap_or(0);
-            max_length = max_length.min(((longest as f32 * options.max_length_factor) as usize).max(1));
+            // A minimum length asked for explicitly wins over the factor's bound.
+            let bound = ((longest as f32 * options.max_length_factor) as usize).max(options.min_decoding_length).max(1);
+            max_length = max_length.min(bound);
         }
         let end_ids = vec![match &options.end_token {
             Some(t) => tv

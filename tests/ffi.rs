@@ -1,15 +1,16 @@
 //! The C side of the library, tested from C: compiles every `ffi-tests/*.c` and the
 //! examples `examples-c/tolk-translate.c` and `examples-c/desktop.c` against `include/tolk.h`
 //! and the `libtolk.so` that `cargo build --release` wrote, runs them on the committed
-//! CTranslate2 fixture `ffi-tests/fixtures/tiny`, and again under valgrind when it is on PATH
+//! CTranslate2 fixture `ffi-tests/fixtures/tiny` (`marian_test.c` also on the en-pt
+//! Bergamot package, when TOLK_MODELS has it), and again under valgrind when it is on PATH
 //! (no invalid accesses, no definite or indirect leaks; the programs see
 //! `TOLK_FFI_VALGRIND=1` there and may shrink their biggest inputs).
 //!
 //! `cargo test` does not relink libtolk.so: build it first (scripts/test.sh does). The
 //! tests refuse a library older than the sources rather than test stale code.
 //! Environment: CC (C compiler, default cc/gcc/clang), CARGO_TARGET_DIR, TOLK_LIB_DIR
-//! (test another build of the library), TOLK_MODELS (where the zh-en model is, for the
-//! tests that also run it; default models/, else ../shared/models).
+//! (test another build of the library), TOLK_MODELS (where the zh-en and en-pt-bergamot
+//! models are, for the tests that also run them; default models/, else ../shared/models).
 //!
 //! The fixture's `sentencepiece.model` (the tokenizer of the text API tests; 80 pieces,
 //! unigram, identity normalization so that it stays under 1 KB, every token of the fixture's
@@ -190,12 +191,16 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The C tests that need more than the fixture: each has its own test below.
+const C_TESTS_RUN_APART: [&str; 1] = ["marian_test.c"];
+
 #[test]
 fn c_api_tests_pass_and_run_clean_under_valgrind() {
     let mut sources: Vec<PathBuf> = std::fs::read_dir(manifest_dir().join("ffi-tests"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .filter(|p| !C_TESTS_RUN_APART.iter().any(|apart| p.file_name().is_some_and(|n| n == *apart)))
         .collect();
     sources.sort();
     assert!(!sources.is_empty(), "no C tests in ffi-tests/");
@@ -929,13 +934,40 @@ fn the_c_example_text_mode_matches_token_mode_on_zh_en() {
     assert!(code == Some(1) && out.is_empty() && stderr.contains("max_sentence_tokens"), "{code:?} {stderr}");
 }
 
-/// The folder holding zh-en-ct2/: TOLK_MODELS, else models/ or ../shared/models.
-fn zh_en_models() -> Option<PathBuf> {
+/// The first of TOLK_MODELS, models/ and ../shared/models that holds `file`.
+fn models_with(file: &str) -> Option<PathBuf> {
     std::env::var_os("TOLK_MODELS")
         .map(PathBuf::from)
         .into_iter()
         .chain([manifest_dir().join("models"), manifest_dir().join("../shared/models")])
-        .find(|d| d.join("zh-en-ct2/model.bin").is_file())
+        .find(|d| d.join(file).is_file())
+}
+
+/// The folder holding zh-en-ct2/: TOLK_MODELS, else models/ or ../shared/models.
+fn zh_en_models() -> Option<PathBuf> {
+    models_with("zh-en-ct2/model.bin")
+}
+
+/// ffi-tests/marian_test.c: the en-pt Bergamot package through the C API (loaded by its
+/// directory, YAML and model file, tolk_translator_translate_options, NULL and older-size
+/// options, the shortlist, bad length factors, broken packages, one model on 4 threads),
+/// next to the fixture's CTranslate2 defaults; also under valgrind. The package comes from
+/// TOLK_MODELS, else models/ or ../shared/models; without it the test is compiled, not run.
+#[test]
+fn the_c_api_translates_with_marian_packages() {
+    let binary = compile(&manifest_dir().join("ffi-tests/marian_test.c"));
+    let Some(models) = models_with("en-pt-bergamot/model.enpt.intgemm.alphas.bin") else {
+        eprintln!("en-pt-bergamot model not found (TOLK_MODELS): ffi-tests/marian_test.c was compiled, not run");
+        return;
+    };
+    let en_pt = models.join("en-pt-bergamot");
+    let fixture = fixture();
+    let args = [fixture.to_str().unwrap(), en_pt.to_str().unwrap()];
+    let (code, stdout, stderr) = run_program(&binary, &args, "");
+    assert_eq!(code, Some(0), "{} failed:\n{stdout}{stderr}", binary.display());
+    if valgrind_available() {
+        run_under_valgrind(&binary, &args, "");
+    }
 }
 
 /// The README's C example compiles as printed and, where the zh-en model is available

@@ -266,7 +266,7 @@ versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_thre
 versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
-    progress_user_data
+    progress_user_data, max_length_factor, use_shortlist
 });
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
@@ -503,18 +503,20 @@ pub extern "C" fn tolk_translate_options_default() -> TolkTranslateOptions {
 ///
 /// # Safety
 /// `translator` is NULL or a live translator; `out` is NULL or points to writable
-/// options whose `struct_size` the caller set (or 0 for this version's size).
+/// options whose `struct_size` the caller set (0 = this version's size, which is then
+/// stored in `struct_size`).
 #[no_mangle]
 pub unsafe extern "C" fn tolk_translator_translate_options(translator: *const TolkTranslator, out: *mut TolkTranslateOptions) -> TolkStatus {
     guard("tolk_translator_translate_options", || {
         let translator = &*non_null(translator, "translator")?;
         let out = non_null(out as *const TolkTranslateOptions, "out")? as *mut TolkTranslateOptions;
         let options = c_options(&translator.translator.default_options());
-        let size = match (*out).struct_size {
-            0 => std::mem::size_of::<TolkTranslateOptions>() as u32,
-            size => size,
-        };
-        write_versioned(out, TolkTranslateOptions { struct_size: size, ..options }, size)?;
+        // struct_size 0 (a zeroed struct) means this version's struct, and is set so that
+        // the filled options can be passed to the translation calls as they are.
+        if (*out).struct_size == 0 {
+            (*out).struct_size = std::mem::size_of::<TolkTranslateOptions>() as u32;
+        }
+        write_versioned(out, options, (*out).struct_size)?;
         Ok(())
     })
 }

@@ -30,13 +30,14 @@ pub struct MarianPackage {
     pub allow_unk: bool,
 }
 
-/// A shortlist file and its `first`/`best` (text shortlists) or checksum flag (binary).
+/// A shortlist file and its `first`/`best` (text shortlists). A binary shortlist's
+/// checksum is always verified, whatever the YAML's second value (Marian's `check`) says:
+/// a corrupted file is refused rather than used.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShortlistConfig {
     pub path: PathBuf,
     pub first: Option<usize>,
     pub best: Option<usize>,
-    pub check: bool,
 }
 
 const MODEL_SUFFIXES: [&str; 2] = [".bin", ".npz"];
@@ -158,8 +159,6 @@ impl MarianPackage {
                     path: dir.join(file),
                     first: if binary { None } else { number(0) },
                     best: if binary { None } else { number(1) },
-                    // Binary shortlists: the second value says whether to verify the checksum.
-                    check: !binary || rest.first().is_none_or(|v| !matches!(v.as_str(), "false" | "0")),
                 })
             }
         };
