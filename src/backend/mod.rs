@@ -5,6 +5,18 @@ pub mod cpu;
 
 use crate::error::{Error, Result};
 
+/// The order float operations run in, which decides the last bits of their results
+/// (and, through int8 quantization, sometimes a word): each engine's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FloatOrder {
+    /// CTranslate2's: its AVX2 layer norm and softmax, MKL's orders in attention.
+    #[default]
+    Ctranslate2,
+    /// Marian's as the Bergamot engine runs it: sequential sums without fused
+    /// multiply-adds in layer norm and attention, Eigen's GEMM order for `Q·Kᵀ`.
+    Marian,
+}
+
 /// How a model file stores its matrices, which decides [`ComputeType::Default`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SavedPrecision {

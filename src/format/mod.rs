@@ -12,7 +12,7 @@ pub mod marian;
 pub mod package;
 pub mod shortlist;
 
-use crate::backend::SavedPrecision;
+use crate::backend::{FloatOrder, SavedPrecision};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -52,6 +52,10 @@ pub trait WeightSource {
     fn is_flag(&self, name: &str) -> bool;
     /// What the matrices are saved as: decides the default compute type.
     fn saved_precision(&self) -> SavedPrecision;
+    /// The float arithmetic the model was made with (its engine's order of operations).
+    fn float_order(&self) -> FloatOrder {
+        FloatOrder::Ctranslate2
+    }
     /// The stored data of a variable is no longer needed (its pages may be dropped).
     fn release(&self, _stored: &str) {}
 }

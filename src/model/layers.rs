@@ -10,7 +10,7 @@ use crate::backend::cpu::packed::PackedMatrix;
 use crate::backend::cpu::weight::PackedWeight;
 use crate::backend::cpu::{ops, Ctx};
 use crate::error::{Error, Result};
-use crate::backend::ComputeType;
+use crate::backend::{ComputeType, FloatOrder};
 use crate::format::{Quantized, WeightSource};
 use crate::tensor::Tensor;
 
@@ -126,6 +126,10 @@ impl<'a> WeightReader<'a> {
 
     pub fn compute_type(&self) -> ComputeType {
         self.compute_type
+    }
+
+    pub fn float_order(&self) -> FloatOrder {
+        self.source.float_order()
     }
 
     /// Drops the converted copy of a shared weight once its packed form is all that is used.
@@ -290,6 +294,7 @@ pub struct Norm {
     gamma: Weight,
     beta: Option<Weight>,
     epsilon: f32,
+    order: FloatOrder,
 }
 
 impl Norm {
@@ -302,11 +307,12 @@ impl Norm {
         }
         // CTranslate2's defaults: 1e-5 for LayerNorm, 1e-6 for RMSNorm.
         let epsilon = epsilon.unwrap_or(if beta.is_some() { 1e-5 } else { 1e-6 });
-        Ok(Norm { gamma, beta, epsilon })
+        Ok(Norm { gamma, beta, epsilon, order: w.float_order() })
     }
 
     pub fn forward(&self, x: &mut [f32]) {
         match &self.beta {
+            Some(beta) if self.order == FloatOrder::Marian => ops::layer_norm_sequential(x, &self.gamma, beta, self.epsilon),
             Some(beta) => ops::layer_norm(x, &self.gamma, beta, self.epsilon),
             None => ops::rms_norm(x, &self.gamma, self.epsilon),
         }

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::backend::cpu::Ctx;
-use crate::backend::{ComputeType, SavedPrecision};
+use crate::backend::{ComputeType, FloatOrder, SavedPrecision};
 use crate::error::{Error, Result};
 use crate::format::ct2::Vocabulary;
 use crate::format::marian::{MarianFile, MarianType, Yaml};
@@ -571,6 +571,9 @@ impl WeightSource for MarianWeights<'_> {
     }
     fn is_flag(&self, _name: &str) -> bool {
         false
+    }
+    fn float_order(&self) -> FloatOrder {
+        FloatOrder::Marian
     }
     fn saved_precision(&self) -> SavedPrecision {
         let types: Vec<MarianType> = self.file.items().iter().filter(|i| i.shape.len() == 2 && i.elements() > 1).map(|i| i.item_type).collect();

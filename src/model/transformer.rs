@@ -1,7 +1,8 @@
 //! The Transformer encoder-decoder of CTranslate2's `TransformerSpec`, built from the
 //! weights by name. The model is immutable; everything a translation mutates lives in
 //! `EncoderOutput` and `DecoderState`.
-use crate::backend::cpu::attention::{attend_row, attend_row_padded, KvView};
+use crate::backend::cpu::attention::{attend_row, attend_row_padded, attend_row_sequential, KvView};
+use crate::backend::FloatOrder;
 use crate::backend::cpu::{ops, Ctx};
 use crate::error::{Error, Result};
 use crate::model::attention::{AverageAttention, CrossAttention, FeedForward, Scratch, SelfAttention, Ssru};
@@ -12,6 +13,7 @@ use crate::model::DecoderSession;
 struct StackOptions {
     num_heads: usize,
     pre_norm: bool,
+    float_order: FloatOrder,
 }
 
 pub struct EncoderLayer {
@@ -68,7 +70,11 @@ fn read_stack_options(w: &WeightReader, scope: &str, d: usize) -> Result<StackOp
     if !(num_heads >= 1.0 && num_heads <= d as f64 && d % num_heads as usize == 0) {
         return Err(Error::invalid_model(format!("{scope}: {num_heads} attention heads do not divide the model dimension {d}")));
     }
-    Ok(StackOptions { num_heads: num_heads as usize, pre_norm: w.flag(&format!("{scope}/pre_norm"), true)? })
+    Ok(StackOptions {
+        num_heads: num_heads as usize,
+        pre_norm: w.flag(&format!("{scope}/pre_norm"), true)?,
+        float_order: w.float_order(),
+    })
 }
 
 fn count_layers(w: &WeightReader, scope: &str) -> usize {
@@ -178,6 +184,10 @@ impl Encoder {
         block.qkv.forward(ctx, input, rows, &mut qkv);
         scratch.context.clear();
         scratch.context.resize(rows * d, 0.0);
+        // Marian multiplies the batch padded to its longest source: Eigen's kernel then sums
+        // the keys past the last multiple of 4 of that length otherwise, for the query rows
+        // before it.
+        let whole = lengths.iter().copied().max().unwrap_or(0) / 4 * 4;
         for (&off, &len) in offsets.iter().zip(lengths) {
             let seq = &qkv[off * 3 * d..(off + len) * 3 * d];
             let keys = KvView { data: seq, stride: 3 * d, offset: d };
@@ -185,7 +195,13 @@ impl Encoder {
             for t in 0..len {
                 let q = &seq[t * 3 * d..t * 3 * d + d];
                 let out = &mut scratch.context[(off + t) * d..(off + t + 1) * d];
-                attend_row(q, keys, values, len, heads, head_dim, scale, false, &mut scratch.scores, out);
+                match self.opts.float_order {
+                    FloatOrder::Ctranslate2 => attend_row(q, keys, values, len, heads, head_dim, scale, false, &mut scratch.scores, out),
+                    FloatOrder::Marian => {
+                        let peeled = if t < whole { whole } else { usize::MAX };
+                        attend_row_sequential(q, keys, values, len, peeled, heads, head_dim, scale, &mut scratch.scores, out)
+                    }
+                }
             }
         }
         scratch.hidden = qkv;
@@ -498,6 +514,12 @@ impl Decoder {
             values.extend_from_slice(&row[2 * d..]);
             let len = keys.len() / d;
             let kv = |data| KvView { data, stride: d, offset: 0 };
+            let out = &mut scratch.context[r * d..(r + 1) * d];
+            if self.opts.float_order == FloatOrder::Marian {
+                // One query row per product: no peeled keys.
+                attend_row_sequential(&row[..d], kv(keys), kv(values), len, usize::MAX, heads, head_dim, scale, &mut scratch.scores, out);
+                continue;
+            }
             attend_row(
                 &row[..d],
                 kv(keys),
@@ -508,7 +530,7 @@ impl Decoder {
                 scale,
                 true,
                 &mut scratch.scores,
-                &mut scratch.context[r * d..(r + 1) * d],
+                out,
             );
         }
         scratch.hidden = qkv;
@@ -606,10 +628,18 @@ impl Decoder {
             let ex = state.row_example[r];
             let (off, len) = (state.memory_offsets[ex], state.memory_lengths[ex]);
             let mem = &kv[off * 2 * d..(off + len) * 2 * d];
+            let (keys, values) = (KvView { data: mem, stride: 2 * d, offset: 0 }, KvView { data: mem, stride: 2 * d, offset: d });
+            let q = &query[r * d..(r + 1) * d];
+            if self.opts.float_order == FloatOrder::Marian {
+                // One query row per product (Marian keeps the beams apart): no peeled keys.
+                let out = &mut scratch.context[r * d..(r + 1) * d];
+                attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scratch.scores, out);
+                continue;
+            }
             attend_row_padded(
-                &query[r * d..(r + 1) * d],
-                KvView { data: mem, stride: 2 * d, offset: 0 },
-                KvView { data: mem, stride: 2 * d, offset: d },
+                q,
+                keys,
+                values,
                 len,
                 padded,
                 heads,

@@ -324,6 +324,57 @@ fn attend_row_generic(
     }
 }
 
+/// One query row attending over `len` keys/values, all heads, in Marian's order as the
+/// Bergamot engine (Marian's WASM build, whose float GEMM is Eigen 3.3's) computes it:
+/// every `q·k` and every `Σ p·v` is a sequential sum of rounded products (no fused
+/// multiply-adds), scaled after; except that Eigen's kernel sums the keys from `peeled`
+/// on (the keys after the last multiple of 4, for the query rows of the batch's first
+/// multiple of 4) as four interleaved partial sums `(s0 + s1) + (s2 + s3)`, then the
+/// rest of the head dimension. `peeled = usize::MAX`: no such keys (a single query row).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_row_sequential(
+    query: &[f32],
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    peeled: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    scores.resize(len, 0.0);
+    for h in 0..num_heads {
+        let q = &query[h * head_dim..(h + 1) * head_dim];
+        for (j, s) in scores.iter_mut().enumerate() {
+            let k = keys.head(j, h, head_dim);
+            let dot = if j >= peeled {
+                let whole = head_dim / 4 * 4;
+                let mut partial = [0.0f32; 4];
+                for (i, (&a, &b)) in q[..whole].iter().zip(&k[..whole]).enumerate() {
+                    partial[i % 4] += a * b;
+                }
+                let mut sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+                for (&a, &b) in q[whole..].iter().zip(&k[whole..head_dim]) {
+                    sum += a * b;
+                }
+                sum
+            } else {
+                q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| acc + a * b)
+            };
+            *s = dot * scale;
+        }
+        ops::softmax(scores);
+        let o = &mut out[h * head_dim..(h + 1) * head_dim];
+        o.fill(0.0);
+        for (j, &p) in scores.iter().enumerate() {
+            let v = values.head(j, h, head_dim);
+            o.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

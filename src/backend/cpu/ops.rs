@@ -130,6 +130,24 @@ fn layer_norm_sums(row: &[f32]) -> (f32, f32) {
 }
 
 /// Root-mean-square normalization of each row (a layer norm without a bias), in place.
+/// Layer normalization of each row with sequential sums and no fused multiply-adds:
+/// `mean = Σx / n`, `var = Σ(x - mean)² / n`, `gamma * ((x - mean) / sqrt(var + eps)) + beta`
+/// (Marian's CPU kernel as its WASM build, Bergamot's, computes it).
+pub fn layer_norm_sequential(x: &mut [f32], gamma: &[f32], beta: &[f32], epsilon: f32) {
+    let n = gamma.len();
+    for row in x.chunks_exact_mut(n) {
+        let mean = row.iter().fold(0.0f32, |s, &v| s + v) / n as f32;
+        let var = row.iter().fold(0.0f32, |s, &v| {
+            let d = v - mean;
+            s + d * d
+        }) / n as f32;
+        let sigma = (var + epsilon).sqrt();
+        for ((v, &g), &b) in row.iter_mut().zip(gamma).zip(beta) {
+            *v = g * ((*v - mean) / sigma) + b;
+        }
+    }
+}
+
 pub fn rms_norm(x: &mut [f32], gamma: &[f32], epsilon: f32) {
     let d = gamma.len();
     for row in x.chunks_exact_mut(d) {
