@@ -347,7 +347,22 @@ pub fn attend_row_sequential(
     scores.resize(len, 0.0);
     for h in 0..num_heads {
         let q = &query[h * head_dim..(h + 1) * head_dim];
-        for (j, s) in scores.iter_mut().enumerate() {
+        // Eight keys at a time, each still summed in its own sequential order: eight
+        // independent chains instead of one long dependent one.
+        let grouped = len.min(peeled) / 8 * 8;
+        for j in (0..grouped).step_by(8) {
+            let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(j + l, h, head_dim));
+            let mut acc = [0.0f32; 8];
+            for (p, &qp) in q.iter().enumerate() {
+                for l in 0..8 {
+                    acc[l] += qp * k[l][p];
+                }
+            }
+            for l in 0..8 {
+                scores[j + l] = acc[l] * scale;
+            }
+        }
+        for (j, s) in scores.iter_mut().enumerate().skip(grouped) {
             let k = keys.head(j, h, head_dim);
             let dot = if j >= peeled {
                 let whole = head_dim / 4 * 4;

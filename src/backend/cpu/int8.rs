@@ -134,16 +134,37 @@ impl PackedI8Matrix {
         self.activation_scale.filter(|_| self.intgemm)
     }
 
-    /// The rows `ids` as a new matrix (an output layer restricted to a shortlist).
+    /// The rows `ids` as a new matrix (an output layer restricted to a shortlist): each
+    /// row's 4-byte groups copied from its panel lane to its new one, with its scale and
+    /// compensation (no unpacking; a batch of one sentence pays this every time).
     pub fn gather_rows(&self, ids: &[u32]) -> PackedI8Matrix {
-        let mut q = vec![0i8; ids.len() * self.k];
-        for (row, &id) in q.chunks_exact_mut(self.k.max(1)).zip(ids) {
-            self.quantized_row(id as usize, row);
+        let (n, kp) = (ids.len(), self.kp);
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0u8; panels * kp * NR + 64];
+        let start = data.as_ptr().align_offset(64).min(63);
+        let mut compensation = vec![0i32; panels * NR];
+        for (c, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            let src = self.panel(id / NR);
+            let dst = &mut data[start + (c / NR) * kp * NR..start + (c / NR + 1) * kp * NR];
+            let (from, to) = ((id % NR) * 4, (c % NR) * 4);
+            for g in 0..kp / 4 {
+                let at = g * NR * 4;
+                dst[at + to..at + to + 4].copy_from_slice(&src[at + from..at + from + 4]);
+            }
+            compensation[c] = self.compensation[id];
         }
-        let scales = ids.iter().map(|&id| self.scales[id as usize]).collect();
-        PackedI8Matrix::from_quantized(&q, scales, ids.len(), self.k)
-            .with_activation_scale(self.activation_scale)
-            .with_intgemm_emulation(self.intgemm)
+        PackedI8Matrix {
+            data,
+            start,
+            n,
+            k: self.k,
+            kp,
+            scales: ids.iter().map(|&id| self.scales[id as usize]).collect(),
+            compensation,
+            activation_scale: self.activation_scale,
+            intgemm: self.intgemm,
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -885,6 +906,77 @@ mod tests {
             isa::with_isa(isa, || matmul_i8(&x, &packed, None, &mut y, m, 1));
             assert_eq!(y, expected, "{isa:?}");
             assert!((y[0] - 2.0 * k as f32).abs() < 1e-3);
+        }
+    }
+
+    /// A shortlisted output layer: the gathered matrix multiplies exactly as the rows
+    /// packed anew would, in both modes (per-row activations and intgemm emulation), on
+    /// every ISA.
+    #[test]
+    fn gathered_rows_multiply_like_the_rows_packed_anew() {
+        let (n, k, m) = (77, 40, 3);
+        let mut seed = 7;
+        let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
+        let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed) * 3.0).collect();
+        let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
+        let ids: Vec<u32> = vec![0, 3, 4, 31, 32, 33, 50, 76];
+        let (q, scales) = quantize_rows(&w, n, k);
+        for intgemm in [false, true] {
+            let full = PackedI8Matrix::from_quantized(&q, scales.clone(), n, k)
+                .with_activation_scale(intgemm.then_some(20.0))
+                .with_intgemm_emulation(intgemm);
+            let gathered = full.gather_rows(&ids);
+            let rows: Vec<i8> = ids.iter().flat_map(|&i| q[i as usize * k..(i as usize + 1) * k].iter().copied()).collect();
+            let anew = PackedI8Matrix::from_quantized(&rows, ids.iter().map(|&i| scales[i as usize]).collect(), ids.len(), k)
+                .with_activation_scale(intgemm.then_some(20.0))
+                .with_intgemm_emulation(intgemm);
+            let sub_bias: Vec<f32> = ids.iter().map(|&i| bias[i as usize]).collect();
+            for level in isa::available() {
+                let run = |w: &PackedI8Matrix| {
+                    let mut y = vec![0.0f32; m * ids.len()];
+                    isa::with_isa(level, || matmul_i8(&x, w, Some(&sub_bias), &mut y, m, 1));
+                    y
+                };
+                let (a, b) = (run(&gathered), run(&anew));
+                assert!(a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()), "{level:?} intgemm {intgemm}");
+            }
+        }
+    }
+
+    /// intgemm's shifted product: `u = clamp(rne(x * sx), ±127) + 127`, pairs of `u * w`
+    /// saturated to int16, `acc * (1 / (sx * sw)) + bias - Σw * (127/sx * 127/sw) / 127`;
+    /// large inputs make the saturation happen. Every ISA equals this formula bit for bit.
+    #[test]
+    fn intgemm_emulation_saturates_pairs_like_vpmaddubsw_on_every_isa() {
+        let (n, k, m) = (40, 64, 5);
+        let mut seed = 11;
+        let q: Vec<i8> = (0..n * k).map(|_| (lcg(&mut seed) * 127.0).round() as i8).collect();
+        let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed) * 12.0).collect();
+        let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
+        let (sx, sw) = (15.0f32, 100.0f32);
+        let w = PackedI8Matrix::from_quantized(&q, vec![sw; n], n, k).with_activation_scale(Some(sx)).with_intgemm_emulation(true);
+        let mut saturated = 0;
+        let mut expected = vec![0.0f32; m * n];
+        for r in 0..m {
+            let u: Vec<i32> = x[r * k..(r + 1) * k].iter().map(|&v| (v * sx).round_ties_even().clamp(-127.0, 127.0) as i32 + 127).collect();
+            for c in 0..n {
+                let wq = &q[c * k..(c + 1) * k];
+                let mut acc = 0i32;
+                for p in (0..k).step_by(2) {
+                    let pair = u[p] * wq[p] as i32 + u[p + 1] * wq[p + 1] as i32;
+                    saturated += (pair != pair.clamp(-32768, 32767)) as usize;
+                    acc += pair.clamp(-32768, 32767);
+                }
+                let colsum: i32 = wq.iter().map(|&v| v as i32).sum();
+                let corrected = bias[c] + colsum as f32 * -((127.0 / sx) * (127.0 / sw) / 127.0);
+                expected[r * n + c] = acc as f32 * (1.0 / (sx * sw)) + corrected;
+            }
+        }
+        assert!(saturated > 0, "the data must exercise the saturation");
+        for level in isa::available() {
+            let mut y = vec![0.0f32; m * n];
+            isa::with_isa(level, || matmul_i8(&x, &w, Some(&bias), &mut y, m, 1));
+            assert!(y.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{level:?}");
         }
     }
 
