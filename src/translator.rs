@@ -169,6 +169,7 @@ impl Translator {
             length_penalty: package.length_penalty.unwrap_or(defaults.length_penalty),
             max_length_factor: package.max_length_factor.unwrap_or(defaults.max_length_factor),
             max_batch_size: package.max_batch_size.unwrap_or(defaults.max_batch_size),
+            min_decoding_length: package.min_length.unwrap_or(defaults.min_decoding_length),
             disable_unk: !package.allow_unk,
             ..defaults
         }
@@ -344,7 +345,7 @@ impl Translator {
         if options.max_length_factor > 0.0 {
             let longest = source_ids.iter().map(Vec::len).max().unwrap_or(0);
             // A minimum length asked for explicitly wins over the factor's bound.
-            let bound = ((longest as f32 * options.max_length_factor) as usize).max(options.min_decoding_length).max(1);
+            let bound = ((longest as f32 * options.max_length_factor).ceil() as usize).max(options.min_decoding_length).max(1);
             max_length = max_length.min(bound);
         }
         let end_ids = vec![match &options.end_token {

@@ -754,7 +754,7 @@ class Translator:
         return_scores: bool = False,
         max_input_length: int = 1024,
         max_decoding_length: int = 256,
-        min_decoding_length: int = 1,
+        min_decoding_length: Optional[int] = None,
         end_token: Optional[str] = None,
         disable_unk: Optional[bool] = None,
         max_batch_size: Optional[int] = None,
@@ -852,7 +852,8 @@ class Translator:
         opts.return_scores = bool(return_scores)
         opts.max_input_length = int(max_input_length)
         opts.max_decoding_length = int(max_decoding_length)
-        opts.min_decoding_length = int(min_decoding_length)
+        if min_decoding_length is not None:
+            opts.min_decoding_length = int(min_decoding_length)
         end_b = _encode_token(end_token) if end_token is not None else None
         keep.append(end_b)
         opts.end_token = end_b
@@ -877,7 +878,7 @@ class Translator:
         return_scores: bool = False,
         max_input_length: int = 1024,
         max_decoding_length: int = 256,
-        min_decoding_length: int = 1,
+        min_decoding_length: Optional[int] = None,
         end_token: Optional[str] = None,
         disable_unk: Optional[bool] = None,
         max_batch_size: Optional[int] = None,

@@ -89,6 +89,7 @@ impl MarianModel {
             word_penalty: package.word_penalty,
             max_length_factor: package.max_length_factor,
             max_batch_size: package.mini_batch,
+            min_length: Some(0),
             allow_unk: package.allow_unk,
         };
         let description = format!(
@@ -245,8 +246,8 @@ impl<'a> MarianWeights<'a> {
             w.matrix("decoder/embeddings/weight", &[target_emb])?;
         }
         // The output layer: tied to the target embeddings unless the file has its own.
-        if file.contains("decoder_ff_logit_out_W") {
-            w.matrix("decoder/projection/weight", &["decoder_ff_logit_out_W"])?;
+        if let Some(own) = ["decoder_ff_logit_out_Wt", "decoder_ff_logit_out_W"].into_iter().find(|n| file.contains(n)) {
+            w.matrix("decoder/projection/weight", &[own])?;
         } else {
             let target = if target_emb == source_emb { "encoder/embeddings/weight" } else { "decoder/embeddings/weight" };
             w.aliases.insert("decoder/projection/weight".into(), target.into());
@@ -462,8 +463,10 @@ impl<'a> MarianWeights<'a> {
     }
 }
 
+/// Matrices stored `[out, in]`: embeddings (`[vocabulary, d]`) and the transposed output
+/// layer `decoder_ff_logit_out_Wt`; every other Marian matrix is `[in, out]`.
 fn is_embedding(item: &str) -> bool {
-    item.ends_with("Wemb") || item == "decoder_ff_logit_out_W"
+    item.ends_with("Wemb") || item == "decoder_ff_logit_out_Wt"
 }
 
 /// The activation scale of a weight: `<name>_QuantMultA`, and Marian's name for the output

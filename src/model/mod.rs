@@ -56,6 +56,8 @@ pub struct PackageDecoding {
     /// Maximum target length as a factor of the source length.
     pub max_length_factor: Option<f32>,
     pub max_batch_size: Option<usize>,
+    /// Fewest tokens before the end token may be generated (Marian has no such bound: 0).
+    pub min_length: Option<usize>,
     /// Whether `<unk>` may be generated (Marian suppresses it unless `allow-unk`).
     pub allow_unk: bool,
 }

@@ -2,8 +2,9 @@
 shortlist) against the numpy reference of the same equations (marian_reference.py).
 
 float32 (the intgemm8 weights dequantized): every line identical, token for token. int8
-(intgemm's shifted product with the model's activation scales): agreement reported; the
-bar is measured, see the README.
+(intgemm's shifted product with the model's activation scales): at least 90% of lines
+identical (measured 39/40; the reference follows the WASM build's float order, Tolk
+Marian's sequential one, which differ in the last bits of softmax and sigmoid).
 """
 import os
 import sys
@@ -64,7 +65,7 @@ def test_int8_agrees_with_the_intgemm_reference(tolk, en_pt, english):
     same = sum(a == b for a, b in zip(ours, ref))
     report("en-pt int8 (intgemm emulation): %d/%d lines identical to the numpy intgemm reference" % (same, len(ref)))
     assert all(ours), "every line is translated"
-    assert same >= 0.4 * len(ref)
+    assert same >= 0.9 * len(ref)  # measured 39/40 (the reference follows the WASM float order)
 
 
 def test_package_defaults_and_options(tolk, en_pt):
