@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: Rust unit tests, C tests against include/tolk.h (under valgrind when
-# available), the C example, and the Python parity tests against CTranslate2.
+# The test command: installs what the tests need (pip, npm), then Rust unit tests, C tests
+# against include/tolk.h (under valgrind when available), the C example, and the Python
+# tests against the oracles (CTranslate2, the Bergamot engine, numpy references).
 # Models: $TOLK_MODELS (default models/, filled by scripts/fetch_models.sh, or ../shared/models).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,14 @@ fi
 if [ -z "${TOLK_DATA:-}" ]; then
     if [ -d data ] && [ -f data/dev-matthew.zh ]; then export TOLK_DATA="$PWD/data";
     elif [ -d ../shared/data ]; then export TOLK_DATA="$(cd ../shared/data && pwd)"; fi
+fi
+
+echo "== test dependencies: Python packages (the CTranslate2 oracle, BLEU, numpy references), the Bergamot engine (npm)"
+python3 -m pip install -q --disable-pip-version-check "ctranslate2==4.8.5" sentencepiece sacrebleu pytest numpy
+if command -v npm >/dev/null 2>&1; then
+    npm install --silent --no-audit --no-fund --prefix .cache/bergamot-node "@browsermt/bergamot-translator@0.4.9"
+else
+    echo "npm not found: the Bergamot oracle test will be skipped" >&2
 fi
 
 echo "== cargo build (release library, examples)"
