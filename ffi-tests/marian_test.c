@@ -192,8 +192,8 @@ static void test_load_paths(const TolkTranslator *by_dir) {
 /* ---- tolk_translator_translate_options ---- */
 
 /* en-pt: config.intgemm8bitalpha.yml's beam-size 1, normalize 1, max-length-factor 2.5,
- * mini-batch 64, <unk> never generated, the shortlist on; CTranslate2's defaults
- * elsewhere. The tiny CTranslate2 model: CTranslate2's defaults, no length factor. */
+ * mini-batch 64, <unk> never generated, no minimum length (Marian has none), the
+ * shortlist on; CTranslate2's defaults elsewhere. The tiny CTranslate2 model: CTranslate2's defaults, no length factor. */
 static void test_translator_options(const TolkTranslator *en_pt, const TolkTranslator *tiny) {
     TolkTranslateOptions defaults = tolk_translate_options_default();
     CHECK(defaults.struct_size == sizeof defaults);
@@ -202,8 +202,9 @@ static void test_translator_options(const TolkTranslator *en_pt, const TolkTrans
     TolkTranslateOptions o = translator_options(en_pt);
     CHECK(o.struct_size == sizeof o);
     CHECK(o.beam_size == 1 && o.length_penalty == 1.0f && o.max_length_factor == 2.5f);
-    CHECK(o.max_batch_size == 64 && o.disable_unk && o.use_shortlist);
+    CHECK(o.max_batch_size == 64 && o.disable_unk && o.use_shortlist && o.min_decoding_length == 0);
     TolkTranslateOptions expected = defaults;
+    expected.min_decoding_length = 0;
     expected.beam_size = 1;
     expected.length_penalty = 1.0f;
     expected.max_length_factor = 2.5f;
