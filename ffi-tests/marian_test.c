@@ -172,16 +172,19 @@ static void test_load_paths(const TolkTranslator *by_dir) {
         free(got);
         tolk_translator_free(by_yaml);
     }
-    /* The bare model file: the vocabulary found beside it, but no YAML, so no package
-     * settings (CTranslate2's beam and batches, no length factor): the same translations
-     * of these sentences all the same. */
+    /* The bare model file: the vocabulary found beside it, but no YAML, so Marian's own
+     * decoding defaults (beam 12, normalize 0, max-length-factor 3) and no shortlist;
+     * decoded greedily as the package says, the same translations of these sentences. */
     TolkTranslator *by_model = load_package_file(MODEL_FILE);
     if (by_model != NULL) {
         TolkTranslateOptions model_options = translator_options(by_model);
         TolkTranslateOptions defaults = tolk_translate_options_default();
-        CHECK(model_options.beam_size == defaults.beam_size && model_options.max_batch_size == defaults.max_batch_size);
-        CHECK(model_options.max_length_factor == 0.0f);
-        char *got = translate(by_model, ENGLISH, NULL);
+        CHECK(model_options.beam_size == 12 && model_options.max_batch_size == defaults.max_batch_size);
+        CHECK(model_options.max_length_factor == 3.0f && model_options.length_penalty == 0.0f);
+        model_options.beam_size = 1;
+        model_options.length_penalty = 1.0f;
+        model_options.max_length_factor = 2.5f;
+        char *got = translate(by_model, ENGLISH, &model_options);
         CHECK_SAME(got, want);
         free(got);
         tolk_translator_free(by_model);

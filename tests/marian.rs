@@ -58,12 +58,13 @@ fn the_package_is_found_from_its_directory_yaml_or_model_file() {
     let by_dir = translate(&Model::load(&dir).unwrap(), None);
     let by_yaml = translate(&Model::load(dir.join("config.intgemm8bitalpha.yml")).unwrap(), None);
     assert_eq!(by_dir, by_yaml);
-    // The bare model file: vocabularies found beside it, no package settings (CTranslate2's
-    // defaults), no shortlist.
+    // The bare model file: vocabularies found beside it, Marian's own decoding defaults
+    // (beam 12, normalize 0, max-length-factor 3), no shortlist.
     let bare = Model::load(dir.join("model.enpt.intgemm.alphas.bin")).unwrap();
     assert!(!bare.translation_model().description().contains("shortlist"));
     let translator = Translator::with_config(&bare, &TranslatorConfig::default()).unwrap();
-    assert_eq!(translator.default_options().beam_size, TranslateOptions::default().beam_size);
+    let options = translator.default_options();
+    assert_eq!((options.beam_size, options.length_penalty, options.max_length_factor), (12, 0.0, 3.0));
 }
 
 #[test]

@@ -53,6 +53,9 @@ pub fn beam_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartT
     let expand_after_first_step = num_candidates <= vocab;
     let has_prefix = starts.iter().any(|s| !s.prefix.is_empty());
     let is_end = |id: u32| params.end_ids.contains(&id);
+    // A token that is not an end token, to fill the candidates that must not be taken (id 0
+    // is the end token in Marian vocabularies).
+    let filler = (0..).find(|&id| !is_end(id)).unwrap_or(0);
 
     let mut results: Vec<Option<Hypotheses>> = vec![None; starts.len()];
     let mut live: Vec<Beams> = (0..starts.len())
@@ -120,7 +123,7 @@ pub fn beam_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartT
                     } else if k > 0 && is_end(c.0) {
                         // First free step: only the first beam expands; secondary beams
                         // must not end right away (CTranslate2 issue #277).
-                        *c = (0, -1e10, first_row);
+                        *c = (filler, -1e10, first_row);
                     }
                 }
             }

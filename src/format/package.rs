@@ -22,7 +22,6 @@ pub struct MarianPackage {
     pub shortlist: Option<ShortlistConfig>,
     pub beam_size: Option<usize>,
     pub normalize: Option<f32>,
-    pub word_penalty: Option<f32>,
     pub max_length_factor: Option<f32>,
     pub mini_batch: Option<usize>,
     /// `gemm-precision`: float32, int8, int8shift, int8shiftAlpha, int8shiftAlphaAll, int16.
@@ -89,10 +88,15 @@ impl ModelPackage {
     }
 }
 
-/// Whether `model.bin` starts like a CTranslate2 binary (version 1..=6 then a spec name).
+/// Whether `model.bin` starts like a CTranslate2 binary: a version 1..=6 (a Marian `.bin`
+/// starts with a u64 version 1 whose high half is 0, then a u64 item count).
 fn looks_like_ct2(path: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(path).map(|b| b.into_iter().take(8).collect::<Vec<u8>>()) else { return false };
-    bytes.len() == 8 && (1..=6).contains(&u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
+    let version = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let marian_like = version == 1 && head[4..8] == [0, 0, 0, 0];
+    read.is_ok() && (1..=6).contains(&version) && !marian_like
 }
 
 /// A YAML in `dir` that names the model (`models:`), preferring Bergamot's int8 config.
@@ -162,16 +166,27 @@ impl MarianPackage {
                 })
             }
         };
-        let number = |key: &str| yaml.get(key).and_then(Yaml::as_f64);
+        // Settings are checked here: a value no translation could use fails the load.
+        let number = |key: &str, low: f64, high: f64| -> Result<Option<f64>> {
+            match yaml.get(key) {
+                None | Some(Yaml::Null) => Ok(None),
+                Some(v) => match v.as_f64() {
+                    Some(x) if x.is_finite() && (low..=high).contains(&x) => Ok(Some(x)),
+                    _ => Err(Error::invalid_model(format!("{}: {key} must be a number in {low}..={high}", path.display()))),
+                },
+            }
+        };
+        if number("word-penalty", f64::MIN, f64::MAX)?.is_some_and(|w| w != 0.0) {
+            return Err(Error::unsupported(format!("{}: a non-zero word-penalty is not supported", path.display())));
+        }
         let mut package = MarianPackage {
             model,
             vocabularies,
             shortlist,
-            beam_size: number("beam-size").map(|v| v.max(1.0) as usize),
-            normalize: number("normalize").map(|v| v as f32),
-            word_penalty: number("word-penalty").map(|v| v as f32),
-            max_length_factor: number("max-length-factor").map(|v| v as f32),
-            mini_batch: number("mini-batch").map(|v| v.max(1.0) as usize),
+            beam_size: number("beam-size", 1.0, 1024.0)?.map(|v| v as usize),
+            normalize: number("normalize", -100.0, 100.0)?.map(|v| v as f32),
+            max_length_factor: number("max-length-factor", 0.0, 1000.0)?.map(|v| v as f32),
+            mini_batch: number("mini-batch", 1.0, u32::MAX as f64)?.map(|v| v as usize),
             gemm_precision: yaml.get("gemm-precision").and_then(Yaml::as_str).map(str::to_string),
             allow_unk: yaml.get("allow-unk").and_then(Yaml::as_bool).unwrap_or(false),
         };

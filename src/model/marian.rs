@@ -79,15 +79,20 @@ impl MarianModel {
         let shortlist = match &package.shortlist {
             Some(s) => {
                 let (sv, tv) = (&transformer.source_vocabulary, &transformer.target_vocabulary);
-                Some(Shortlist::open(&s.path, s.first, s.best, &|t| Some(sv.id_or_unk(t)), &|t| Some(tv.id_or_unk(t)))?)
+                let shortlist = Shortlist::open(&s.path, s.first, s.best, &|t| Some(sv.id_or_unk(t)), &|t| Some(tv.id_or_unk(t)))?;
+                shortlist
+                    .check_target_vocabulary(tv.len())
+                    .map_err(|e| Error::invalid_model(format!("{}: {}", s.path.display(), e.message)))?;
+                Some(shortlist)
             }
             None => None,
         };
+        // Marian's own defaults where the package's YAML does not say (marian-decoder:
+        // beam-size 12, normalize 0, max-length-factor 3).
         let decoding = PackageDecoding {
-            beam_size: package.beam_size,
-            length_penalty: package.normalize,
-            word_penalty: package.word_penalty,
-            max_length_factor: package.max_length_factor,
+            beam_size: package.beam_size.or(Some(12)),
+            length_penalty: package.normalize.or(Some(0.0)),
+            max_length_factor: package.max_length_factor.or(Some(3.0)),
             max_batch_size: package.mini_batch,
             min_length: Some(0),
             allow_unk: package.allow_unk,
@@ -293,7 +298,10 @@ impl<'a> MarianWeights<'a> {
             } else if decoder_kind == "SSRU" {
                 w.matrix(&format!("{s}/ssru/linear_0/weight"), &[&format!("{m}_rnn_W")])?;
                 w.linear(&format!("{s}/ssru/linear_1"), &[&format!("{m}_rnn_Wf")])?;
-                w.norm(&format!("{s}/ssru/layer_norm"), &format!("{m}_rnn_ffn_ln"))?;
+                // Marian's DecoderLayerRNN pre-processes under `_rnn` and post-processes
+                // under `_rnn_ffn`.
+                let norm = if pre_norm { format!("{m}_rnn_ln") } else { format!("{m}_rnn_ffn_ln") };
+                w.norm(&format!("{s}/ssru/layer_norm"), &norm)?;
             } else {
                 w.linear(&format!("{s}/self_attention/linear_0"), &[&format!("{m}_self_Wq"), &format!("{m}_self_Wk"), &format!("{m}_self_Wv")])?;
                 w.linear(&format!("{s}/self_attention/linear_1"), &[&format!("{m}_self_Wo")])?;
@@ -320,6 +328,13 @@ impl<'a> MarianWeights<'a> {
     fn matrix(&mut self, name: &str, items: &[&str]) -> Result<()> {
         for item in items {
             self.require(item)?;
+        }
+        // Stacked matrices (fused Q/K/V) must all take the same inputs.
+        let inputs = self.in_dim(items[0])?;
+        for item in &items[1..] {
+            if self.in_dim(item)? != inputs {
+                return Err(Error::invalid_model(format!("Marian model: {item} does not take the {inputs} inputs of {}", items[0])));
+            }
         }
         self.variables.insert(name.into(), Source::Matrix(items.iter().map(|s| s.to_string()).collect()));
         Ok(())

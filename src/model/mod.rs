@@ -51,8 +51,6 @@ pub struct PackageDecoding {
     pub beam_size: Option<usize>,
     /// Length normalization exponent (Marian's `normalize`).
     pub length_penalty: Option<f32>,
-    /// Score added per generated word (Marian's `word-penalty`).
-    pub word_penalty: Option<f32>,
     /// Maximum target length as a factor of the source length.
     pub max_length_factor: Option<f32>,
     pub max_batch_size: Option<usize>,

@@ -266,9 +266,9 @@ fn quantize_row_intgemm(row: &[f32], group: &mut [u8], lane: usize, scale: f32) 
         let mut q = [0u8; 64];
         for (c, chunk) in row.chunks(64).enumerate() {
             for (o, &v) in q.iter_mut().zip(chunk) {
-                // NaN becomes -127 like cvtps_epi32's INT_MIN after the clamp.
+                // NaN becomes -127 (`max` takes the number), like cvtps_epi32's INT_MIN
+                // after intgemm's clamp.
                 let y = (v * scale).max(-127.0).min(127.0);
-                let y = if y.is_nan() { -127.0 } else { y };
                 // 1.5 * 2^23 + y rounds y half to even into the low mantissa bits.
                 *o = ((y + 12_582_912.0).to_bits() as u8).wrapping_add(127);
             }

@@ -129,7 +129,6 @@ fn layer_norm_sums(row: &[f32]) -> (f32, f32) {
     (sum, sum_sq)
 }
 
-/// Root-mean-square normalization of each row (a layer norm without a bias), in place.
 /// Layer normalization of each row with sequential sums and no fused multiply-adds:
 /// `mean = Σx / n`, `var = Σ(x - mean)² / n`, `gamma * ((x - mean) / sqrt(var + eps)) + beta`
 /// (Marian's CPU kernel as its WASM build, Bergamot's, computes it).
@@ -148,6 +147,7 @@ pub fn layer_norm_sequential(x: &mut [f32], gamma: &[f32], beta: &[f32], epsilon
     }
 }
 
+/// Root-mean-square normalization of each row (a layer norm without a bias), in place.
 pub fn rms_norm(x: &mut [f32], gamma: &[f32], epsilon: f32) {
     let d = gamma.len();
     for row in x.chunks_exact_mut(d) {
@@ -359,6 +359,18 @@ fn argmax_scalar(x: &[f32]) -> (usize, f32) {
     best
 }
 
+/// One SSRU step for every row: `f = sigmoid(forget)`, `c = f * c + (1 - f) * input`,
+/// `out = relu(c)`; `cells` holds `c` and is updated in place.
+pub fn ssru_update(cells: &mut [f32], input: &[f32], forget: &[f32], out: &mut Vec<f32>) {
+    out.clear();
+    out.resize(cells.len(), 0.0);
+    for (((c, &x), &f), o) in cells.iter_mut().zip(input).zip(forget).zip(out.iter_mut()) {
+        let f = 1.0 / (1.0 + (-f).exp());
+        *c = f * *c + (1.0 - f) * x;
+        *o = c.max(0.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,14 +438,3 @@ mod tests {
     }
 }
 
-/// One SSRU step for every row: `f = sigmoid(forget)`, `c = f * c + (1 - f) * input`,
-/// `out = relu(c)`; `cells` holds `c` and is updated in place.
-pub fn ssru_update(cells: &mut [f32], input: &[f32], forget: &[f32], out: &mut Vec<f32>) {
-    out.clear();
-    out.resize(cells.len(), 0.0);
-    for (((c, &x), &f), o) in cells.iter_mut().zip(input).zip(forget).zip(out.iter_mut()) {
-        let f = 1.0 / (1.0 + (-f).exp());
-        *c = f * *c + (1.0 - f) * x;
-        *o = c.max(0.0);
-    }
-}
