@@ -75,7 +75,7 @@ fn the_shortlist_restricts_the_output_and_can_be_turned_off() {
     let vocabulary = m.target_vocabulary().len();
     let source: Vec<u32> = ["▁Love", "▁your", "▁enemies", "."].iter().map(|t| m.source_vocabulary().id_or_unk(t)).collect();
     let candidates = m.output_candidates(&[source]).expect("the package has a shortlist");
-    assert!(candidates.len() < vocabulary / 10 && candidates.len() % 8 == 0, "{}", candidates.len());
+    assert!(candidates.len() < vocabulary / 10 && candidates.len().is_multiple_of(8), "{}", candidates.len());
     assert!(candidates.windows(2).all(|w| w[0] < w[1]));
     let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
     let full = TranslateOptions { use_shortlist: false, ..translator.default_options() };

@@ -266,8 +266,9 @@ fn quantize_row_intgemm(row: &[f32], group: &mut [u8], lane: usize, scale: f32) 
         let mut q = [0u8; 64];
         for (c, chunk) in row.chunks(64).enumerate() {
             for (o, &v) in q.iter_mut().zip(chunk) {
-                // NaN becomes -127 (`max` takes the number), like cvtps_epi32's INT_MIN
-                // after intgemm's clamp.
+                // NaN becomes -127 (`max` takes the number; `clamp` would keep the NaN),
+                // like cvtps_epi32's INT_MIN after intgemm's clamp.
+                #[allow(clippy::manual_clamp)]
                 let y = (v * scale).max(-127.0).min(127.0);
                 // 1.5 * 2^23 + y rounds y half to even into the low mantissa bits.
                 *o = ((y + 12_582_912.0).to_bits() as u8).wrapping_add(127);
@@ -700,6 +701,7 @@ mod x86 {
     }
 
     #[inline]
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn intgemm512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
@@ -730,6 +732,7 @@ mod x86 {
     }
 
     #[inline]
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn intgemm256<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
