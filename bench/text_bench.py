@@ -22,17 +22,10 @@ import subprocess
 import sys
 import time
 
+from bench import default_dir  # shared with bench.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOLK_PY = os.path.join(ROOT, "examples-c", "python")
-
-
-def default_dir(env, name):
-    if os.environ.get(env):
-        return os.path.abspath(os.environ[env])
-    for candidate in (os.path.join(ROOT, "..", "shared", name), os.path.join(ROOT, name)):
-        if os.path.isdir(candidate):
-            return os.path.abspath(candidate)
-    return os.path.join(ROOT, name)
 
 
 def detokenize(pieces):
