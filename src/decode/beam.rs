@@ -1,7 +1,7 @@
 //! Beam search with CTranslate2's exact bookkeeping: 2 x beam candidates per example and
 //! step, finished hypotheses replaced by the next unfinished candidates, `patience`
 //! deciding how many finished hypotheses end the search, forced target prefixes.
-use super::{columns, disable, finalize, target_id, DecoderSession, Hypotheses, SearchParams, StartTokens};
+use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchParams, StartTokens};
 use crate::backend::cpu::{ops, Ctx};
 
 /// The `k` best (index, value) pairs of `values`, best first; the lower index wins ties.
@@ -42,9 +42,8 @@ struct Beams {
 pub fn beam_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartTokens], params: &SearchParams) -> Vec<Hypotheses> {
     let beam = params.beam_size;
     let vocab = decoder.vocabulary_size();
-    let output = decoder.output_ids().map(<[u32]>::to_vec);
+    let OutputColumns { ids: output, disabled, end: end_columns } = OutputColumns::new(decoder, params);
     let output = output.as_deref();
-    let (disabled, end_columns) = (columns(&params.disabled_ids, output), columns(&params.end_ids, output));
     let num_candidates = 2 * beam;
     let max_candidates = (beam as f32 * params.patience).round() as usize;
     let allow_early_exit = params.length_penalty == 0.0;

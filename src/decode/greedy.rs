@@ -1,14 +1,13 @@
 //! Greedy search: the arg-max token at each step. The log-probability of the chosen token
 //! is only computed when scores are requested (the arg-max of the logits is the same).
-use super::{columns, disable, finalize, target_id, DecoderSession, Hypotheses, SearchParams, StartTokens};
+use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchParams, StartTokens};
 use crate::backend::cpu::{ops, Ctx};
 
 pub fn greedy_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartTokens], params: &SearchParams) -> Vec<Hypotheses> {
     let batch = starts.len();
     let vocab = decoder.vocabulary_size();
-    let output = decoder.output_ids().map(<[u32]>::to_vec);
+    let OutputColumns { ids: output, disabled, end: end_columns } = OutputColumns::new(decoder, params);
     let output = output.as_deref();
-    let (disabled, end_columns) = (columns(&params.disabled_ids, output), columns(&params.end_ids, output));
     let mut results: Vec<Option<Hypotheses>> = vec![None; batch];
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); batch];
     let mut scores = vec![0.0f32; batch];

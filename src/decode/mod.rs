@@ -14,6 +14,23 @@ pub(crate) fn columns(ids: &[u32], output: Option<&[u32]>) -> Vec<u32> {
     }
 }
 
+/// What a search needs of a session's output: its target ids (when a subset), and the
+/// logits columns of the disabled ids and of the end ids.
+pub(crate) struct OutputColumns {
+    pub ids: Option<Vec<u32>>,
+    pub disabled: Vec<u32>,
+    pub end: Vec<u32>,
+}
+
+impl OutputColumns {
+    pub fn new(decoder: &dyn DecoderSession, params: &SearchParams) -> OutputColumns {
+        let ids = decoder.output_ids().map(<[u32]>::to_vec);
+        let disabled = columns(&params.disabled_ids, ids.as_deref());
+        let end = columns(&params.end_ids, ids.as_deref());
+        OutputColumns { ids, disabled, end }
+    }
+}
+
 /// The target id of logits column `column`.
 #[inline]
 pub(crate) fn target_id(column: usize, output: Option<&[u32]>) -> u32 {

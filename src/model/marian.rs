@@ -382,9 +382,19 @@ impl<'a> MarianWeights<'a> {
     /// Output features of a Marian matrix: its second dimension (`x · W` with `W` [in, out]),
     /// except for embeddings, stored [vocabulary, d].
     fn out_dim(&self, item: &str) -> Result<usize> {
+        self.dims(item).map(|(out, _)| out)
+    }
+
+    fn in_dim(&self, item: &str) -> Result<usize> {
+        self.dims(item).map(|(_, inputs)| inputs)
+    }
+
+    /// `(outputs, inputs)` of a Marian matrix (see [`is_embedding`] for which is which).
+    fn dims(&self, item: &str) -> Result<(usize, usize)> {
         let shape = &self.file.get(item).ok_or_else(|| Error::invalid_model(format!("Marian model: missing item {item:?}")))?.shape;
         match shape.as_slice() {
-            [rows, cols] => Ok(if is_embedding(item) { *rows } else { *cols }),
+            [rows, cols] if is_embedding(item) => Ok((*rows, *cols)),
+            [rows, cols] => Ok((*cols, *rows)),
             other => Err(Error::invalid_model(format!("Marian model: {item} has shape {other:?}, expected a matrix"))),
         }
     }
@@ -424,26 +434,17 @@ impl<'a> MarianWeights<'a> {
 
     /// A Marian matrix as float32 `[out, in]`.
     fn matrix_values(&self, item: &str) -> Result<(Vec<f32>, usize, usize)> {
-        let it = self.file.get(item).ok_or_else(|| Error::invalid_model(format!("Marian model: missing item {item:?}")))?;
-        let (rows, cols) = match it.shape.as_slice() {
-            [r, c] => (*r, *c),
-            other => return Err(Error::invalid_model(format!("Marian model: {item} has shape {other:?}, expected a matrix"))),
-        };
-        match it.item_type {
-            MarianType::Intgemm8 | MarianType::Intgemm16 => {
-                // intgemm items are stored [out, in] already (transposed), embeddings as is.
-                let values = self.file.intgemm_dequantized(item)?;
-                let (out, inp) = if is_embedding(item) { (rows, cols) } else { (cols, rows) };
-                Ok((values, out, inp))
-            }
-            _ => {
-                let values = self.file.float_values(item)?;
-                if is_embedding(item) {
-                    Ok((values, rows, cols))
-                } else {
-                    Ok((transpose(&values, rows, cols), cols, rows))
-                }
-            }
+        let (out, inputs) = self.dims(item)?;
+        let intgemm = self.file.get(item).is_some_and(|it| matches!(it.item_type, MarianType::Intgemm8 | MarianType::Intgemm16));
+        if intgemm {
+            // intgemm items are stored [out, in] already (transposed), embeddings too.
+            return Ok((self.file.intgemm_dequantized(item)?, out, inputs));
+        }
+        let values = self.file.float_values(item)?;
+        if is_embedding(item) {
+            Ok((values, out, inputs))
+        } else {
+            Ok((transpose(&values, inputs, out), out, inputs))
         }
     }
 
@@ -469,13 +470,6 @@ impl<'a> MarianWeights<'a> {
         Ok(Some(Quantized::Int8 { values, scales, activation_scale, intgemm }))
     }
 
-    fn in_dim(&self, item: &str) -> Result<usize> {
-        let shape = &self.file.get(item).ok_or_else(|| Error::invalid_model(format!("Marian model: missing item {item:?}")))?.shape;
-        match shape.as_slice() {
-            [rows, cols] => Ok(if is_embedding(item) { *cols } else { *rows }),
-            other => Err(Error::invalid_model(format!("Marian model: {item} has shape {other:?}, expected a matrix"))),
-        }
-    }
 }
 
 /// Matrices stored `[out, in]`: embeddings (`[vocabulary, d]`) and the transposed output
