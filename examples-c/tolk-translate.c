@@ -369,7 +369,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (cli.verbose)
-        fprintf(stderr, "compute type: %s\n", tolk_model_compute_type(model));
+        fprintf(stderr, "model: %s\ncompute type: %s\n", tolk_model_description(model), tolk_model_compute_type(model));
     /* The model package's decoding settings (a Marian package's beam size, length factor,
        mini-batch, ...), then what the command line set. */
     TolkTranslateOptions options = tolk_translate_options_default();

@@ -603,6 +603,22 @@ static void test_threads(void) {
     free(reference);
 }
 
+/* tolk_model_description names the family and what the Marian package brings. */
+static void test_descriptions(void) {
+    CHECK(tolk_model_description(NULL) == NULL);
+    const char *dirs[2] = {EN_PT_DIR, TINY_DIR};
+    const char *expected[2][3] = {{"Marian", "SSRU", "shortlist"}, {"CTranslate2", "Transformer", "Transformer"}};
+    for (int i = 0; i < 2; i++) {
+        TolkModel *model = NULL;
+        CHECK_STATUS(tolk_model_load(dirs[i], &model), TOLK_OK);
+        if (model == NULL) continue;
+        const char *d = tolk_model_description(model);
+        CHECK(d != NULL);
+        for (int j = 0; d != NULL && j < 3; j++) CHECK(strstr(d, expected[i][j]) != NULL);
+        tolk_model_free(model);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: marian_test TINY_DIR EN_PT_DIR\n");
@@ -620,6 +636,7 @@ int main(int argc, char **argv) {
         tolk_translator_free(tiny);
         return finish("marian_test");
     }
+    test_descriptions();
     test_load_paths(en_pt);
     test_translator_options(en_pt, tiny);
     test_null_options(en_pt, tiny);

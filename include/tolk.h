@@ -401,6 +401,16 @@ enum TolkStatus tolk_model_load_with_options(const char *path,
 const char *tolk_model_compute_type(const struct TolkModel *model);
 
 /**
+ * What the model is: its family and architecture, e.g. "CTranslate2 Transformer" or
+ * "Marian transformer (SSRU decoder, int8 with precomputed activation scales, lexical
+ * shortlist)". Owned by the model (valid until tolk_model_free); NULL for a NULL model.
+ *
+ * # Safety
+ * `model` must be NULL or a live model.
+ */
+const char *tolk_model_description(const struct TolkModel *model);
+
+/**
  * Releases a model. Translators created from it stay valid (they share the model).
  *
  * # Safety

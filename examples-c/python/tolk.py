@@ -270,6 +270,7 @@ def _declare(lib):
     fn("tolk_model_options_default", _ModelOptions)
     fn("tolk_model_load_with_options", _Status, ctypes.c_char_p, ctypes.POINTER(_ModelOptions), ctypes.POINTER(_ModelP))
     fn("tolk_model_compute_type", ctypes.c_char_p, _ModelP)
+    fn("tolk_model_description", ctypes.c_char_p, _ModelP)
     fn("tolk_model_free", None, _ModelP)
 
     fn("tolk_translator_options_default", TolkTranslatorOptions)
@@ -520,6 +521,11 @@ class Model:
     def compute_type(self) -> str:
         """What the weights were loaded for: "float32", "int8_float32" or "int16"."""
         return self._lib.tolk_model_compute_type(self._ptr).decode("ascii")
+
+    @property
+    def description(self) -> str:
+        """What the model is, e.g. "Marian transformer (SSRU decoder, ...)"."""
+        return self._lib.tolk_model_description(self._ptr).decode("utf-8")
 
     def close(self):
         ptr, self._ptr = self._ptr, None

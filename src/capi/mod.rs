@@ -50,6 +50,8 @@ pub enum TolkBatchType {
 /// A loaded model (opaque). Immutable; may be shared by translators on any thread.
 pub struct TolkModel {
     model: Model,
+    /// What the model is, for tolk_model_description.
+    description: CString,
 }
 
 /// A translator (opaque). May be used from several threads at once.
@@ -404,7 +406,8 @@ pub unsafe extern "C" fn tolk_model_load_with_options(
             target_tokenizer: path_of(opts.target_tokenizer, "target_tokenizer")?,
         };
         let model = Model::load_with_options(path, &load)?;
-        *out = Box::into_raw(Box::new(TolkModel { model }));
+        let description = CString::new(model.translation_model().description().replace('\0', " ")).unwrap_or_default();
+        *out = Box::into_raw(Box::new(TolkModel { model, description }));
         Ok(())
     })
 }
@@ -424,6 +427,20 @@ pub unsafe extern "C" fn tolk_model_compute_type(model: *const TolkModel) -> *co
         ComputeType::Int16 => c"int16".as_ptr(),
         _ => c"float32".as_ptr(),
     }
+}
+
+/// What the model is: its family and architecture, e.g. "CTranslate2 Transformer" or
+/// "Marian transformer (SSRU decoder, int8 with precomputed activation scales, lexical
+/// shortlist)". Owned by the model (valid until tolk_model_free); NULL for a NULL model.
+///
+/// # Safety
+/// `model` must be NULL or a live model.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_model_description(model: *const TolkModel) -> *const c_char {
+    if model.is_null() {
+        return ptr::null();
+    }
+    (*model).description.as_ptr()
 }
 
 /// Releases a model. Translators created from it stay valid (they share the model).

@@ -72,6 +72,7 @@ def test_int8_agrees_with_the_intgemm_reference(tolk, en_pt, english):
 
 def test_package_defaults_and_options(tolk, en_pt):
     with tolk.Model(en_pt) as model, tolk.Translator(model) as tr:
+        assert "SSRU" in model.description and "shortlist" in model.description
         out = tr.translate_text("Hello world. How are you?")
         assert out.startswith("Olá") and out.count(".") + out.count("?") >= 2, out
         # The shortlist can be turned off; the whole vocabulary then competes.
