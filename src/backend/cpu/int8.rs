@@ -258,6 +258,17 @@ thread_local! {
     static ACTIVATIONS: std::cell::RefCell<QuantizedRows> = std::cell::RefCell::new(QuantizedRows::default());
 }
 
+/// Stores the quantized bytes of 64-value chunk `chunk` of a row (`len` of them) into lane
+/// `lane` of the row's interleaved group, whole 4-byte groups (a tail group carries stale
+/// bytes against zero weights).
+#[inline(always)]
+fn store_groups(q: &[u8; 64], len: usize, chunk: usize, group: &mut [u8], lane: usize) {
+    for i in 0..len.div_ceil(4) {
+        let at = ((chunk * 16 + i) * MR + lane) * 4;
+        group[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
+    }
+}
+
 /// intgemm's `QuantizeU`: `rne(x * scale)` (the product rounded first) clamped to ±127,
 /// plus 127, into lane `lane` of the row's interleaved group.
 fn quantize_row_intgemm(row: &[f32], group: &mut [u8], lane: usize, scale: f32) {
@@ -273,10 +284,7 @@ fn quantize_row_intgemm(row: &[f32], group: &mut [u8], lane: usize, scale: f32) 
                 // 1.5 * 2^23 + y rounds y half to even into the low mantissa bits.
                 *o = ((y + 12_582_912.0).to_bits() as u8).wrapping_add(127);
             }
-            for i in 0..chunk.len().div_ceil(4) {
-                let at = ((c * 16 + i) * MR + lane) * 4;
-                group[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
-            }
+            store_groups(&q, chunk.len(), c, group, lane);
         }
     }
     super::isa::dispatch_isa!(generic(row: &[f32], group: &mut [u8], lane: usize, scale: f32) -> ())
@@ -305,11 +313,7 @@ fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed
                 let y = v.mul_add(scale, 128.0).max(low).min(255.0);
                 *o = ((y + 12_582_912.0).to_bits() as u8) ^ flip;
             }
-            // Whole 4-byte groups; a tail group carries stale bytes against zero weights.
-            for i in 0..chunk.len().div_ceil(4) {
-                let at = ((c * 16 + i) * MR + lane) * 4;
-                group[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
-            }
+            store_groups(&q, chunk.len(), c, group, lane);
         }
         scale
     }
