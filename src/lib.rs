@@ -149,13 +149,14 @@ impl Model {
 
 /// Loads a model of the family its files say it is.
 fn load_family(package: &ModelPackage, compute_type: ComputeType) -> Result<Arc<dyn model::TranslationModel>> {
+    let backend = backend::cpu::CpuBackend;
     Ok(match package {
-        ModelPackage::Ct2 { dir } => Arc::new(model::TransformerModel::load(dir, compute_type)?),
+        ModelPackage::Ct2 { dir } => Arc::new(model::TransformerModel::load(dir, &backend, compute_type)?),
         ModelPackage::Marian(m) => {
             let (source, target) = m.vocabulary_files();
             let source_vocabulary = marian_vocabulary(source)?;
             let target_vocabulary = if source == target { source_vocabulary.clone() } else { marian_vocabulary(target)? };
-            Arc::new(model::marian::MarianModel::load(m, compute_type, source_vocabulary, target_vocabulary)?)
+            Arc::new(model::marian::MarianModel::load(m, &backend, compute_type, source_vocabulary, target_vocabulary)?)
         }
     })
 }

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::backend::cpu::Ctx;
+use crate::backend::Ctx;
 use crate::decode::{beam::beam_search, greedy::greedy_search, Hypotheses, SearchParams, StartTokens};
 use crate::error::{Error, Result};
 use crate::model::TranslationModel;

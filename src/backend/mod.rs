@@ -1,9 +1,19 @@
-//! Compute backends. Only the CPU backend exists so far; it is chosen for every translator.
-//! What a backend computes in (the compute type) is its choice, named here so that models
-//! and formats can say what they hold without knowing any kernel.
+//! Compute backends: where and how a model's arithmetic runs.
+//!
+//! Layers (in `model/`) hold their weights in a backend's types and run every operation
+//! through [`Backend`]: matrix products, norms, embeddings, attention with its cache, the
+//! recurrent cells, row reordering for beams and the logits' way back to the host. The
+//! activations are [`Backend::Buffer`]s, which a device backend keeps in device memory;
+//! only token ids go in and logits come out. The CPU backend (`cpu`) implements it with
+//! kernels chosen per ISA at run time. What a backend computes in (the compute type) is
+//! its choice, named here so that models and formats can say what they hold without
+//! knowing any kernel.
 pub mod cpu;
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
+use crate::tensor::Tensor;
 
 /// The order float operations run in, which decides the last bits of their results
 /// (and, through int8 quantization, sometimes a word): each engine's own.
@@ -84,3 +94,175 @@ impl ComputeType {
     }
 }
 
+
+/// Feed-forward activations, numbered as CTranslate2 stores them (`*/activation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Relu,
+    GeluTanh,
+    Swish,
+    Gelu,
+    GeluSigmoid,
+    Tanh,
+}
+
+impl Activation {
+    pub fn from_ct2_id(id: i64) -> Option<Activation> {
+        Some(match id {
+            0 => Activation::Relu,
+            1 => Activation::GeluTanh,
+            2 => Activation::Swish,
+            3 => Activation::Gelu,
+            4 => Activation::GeluSigmoid,
+            5 => Activation::Tanh,
+            _ => return None,
+        })
+    }
+}
+
+/// A weight as stored quantized (`w = q / scale`).
+pub enum Quantized {
+    /// One scale per row; `activation_scale` is a precomputed, fixed scale for the inputs
+    /// of the product (Marian's `*_QuantMultA` "alphas"), `None` = per row at run time;
+    /// `intgemm` asks for the products to reproduce intgemm's shifted int8 multiply.
+    Int8 { values: Vec<i8>, scales: Vec<f32>, activation_scale: Option<f32>, intgemm: bool },
+    /// One scale for the whole tensor.
+    Int16 { values: Vec<i16>, scale: f32 },
+}
+
+/// A weight matrix `[n, k]` as a model file hands it over, before the backend prepares it.
+pub enum MatrixData {
+    Float(Arc<Tensor>),
+    Quantized(Quantized),
+}
+
+/// Per-call execution settings shared by every operation of one translation.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    /// Threads a single matrix product may use (the translator's intra_threads).
+    pub threads: usize,
+}
+
+impl Default for Ctx {
+    fn default() -> Self {
+        Ctx { threads: 1 }
+    }
+}
+
+/// Where the rows of a batch of sequences lie in one buffer (concatenated, no padding):
+/// sequence `i` occupies rows `offsets[i] .. offsets[i] + lengths[i]`.
+#[derive(Debug, Clone, Default)]
+pub struct SequenceLayout {
+    pub offsets: Vec<usize>,
+    pub lengths: Vec<usize>,
+}
+
+impl SequenceLayout {
+    pub fn new(lengths: Vec<usize>) -> SequenceLayout {
+        let offsets = lengths.iter().scan(0, |total, &len| Some(std::mem::replace(total, *total + len))).collect();
+        SequenceLayout { offsets, lengths }
+    }
+
+    pub fn total_rows(&self) -> usize {
+        self.lengths.iter().sum()
+    }
+}
+
+/// An embedding table as the backend stores it: dense float rows, or the rows of a packed
+/// matrix read back (the output projection it is tied to, or a quantized table).
+pub enum EmbeddingRows<'a, B: Backend + ?Sized> {
+    Dense(&'a B::Vector),
+    Packed(&'a B::Matrix),
+}
+
+/// Position encodings added to embeddings.
+pub enum PositionTable<'a, B: Backend + ?Sized> {
+    /// A stored table `[max_positions, d]`.
+    Table(&'a B::Vector),
+    /// Sinusoids with `[sin | cos]` halves; position p is encoded as `p + start`.
+    Sinusoidal { start: usize },
+}
+
+/// Multi-head attention settings of a stack.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionShape {
+    pub num_heads: usize,
+    /// Model dimension (all heads).
+    pub dim: usize,
+    pub order: FloatOrder,
+}
+
+/// The operations a Transformer encoder-decoder runs, over the backend's own buffers.
+/// A buffer holds a row-major float32 matrix; operations size their outputs.
+pub trait Backend: Clone + Send + Sync + 'static {
+    /// Activations `[rows, cols]`.
+    type Buffer: Default + Send;
+    /// A weight matrix `[n, k]` prepared for products (packed, quantized, on the device).
+    type Matrix: Send + Sync;
+    /// A float32 parameter: a bias, a norm's gain, an embedding or position table.
+    type Vector: Send + Sync;
+    /// The keys and values one decoder self-attention layer has seen, per row.
+    type KvCache: Send;
+
+    /// A short name for logs and `--verbose` ("cpu (avx512vnni)").
+    fn name(&self) -> String;
+
+    /// Prepares a weight for products in `compute_type` (concrete: float32, int8, int16).
+    fn matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<Self::Matrix>;
+    /// The rows `ids` of a weight (output features), prepared the same way.
+    fn gather_rows(&self, matrix: &Self::Matrix, ids: &[u32]) -> Self::Matrix;
+    fn vector(&self, data: Arc<Tensor>) -> Result<Self::Vector>;
+    /// The elements `ids` of a vector.
+    fn gather(&self, vector: &Self::Vector, ids: &[u32]) -> Self::Vector;
+
+    /// `out = x · Wᵀ (+ bias)` (then ReLU when `relu`) for `rows` rows; W is `[n, k]`.
+    #[allow(clippy::too_many_arguments)]
+    fn linear(&self, ctx: &Ctx, x: &Self::Buffer, rows: usize, w: &Self::Matrix, bias: Option<&Self::Vector>, relu: bool, out: &mut Self::Buffer);
+    /// Layer norm of each row (RMS norm without `beta`), in place.
+    fn layer_norm(&self, x: &mut Self::Buffer, gamma: &Self::Vector, beta: Option<&Self::Vector>, epsilon: f32, order: FloatOrder);
+    fn activation(&self, x: &mut Self::Buffer, activation: Activation);
+    /// `x += y`.
+    fn add(&self, x: &mut Self::Buffer, y: &Self::Buffer);
+    fn copy(&self, src: &Self::Buffer, dst: &mut Self::Buffer);
+    /// `out` = `rows` zero rows of width `dim`.
+    fn zeros(&self, out: &mut Self::Buffer, rows: usize, dim: usize);
+
+    /// `out[r]` = row `ids[r]` of the table (width `dim`), times `scale`.
+    fn embed(&self, table: EmbeddingRows<'_, Self>, dim: usize, ids: &[u32], scale: Option<f32>, out: &mut Self::Buffer);
+    /// Adds the encoding of position `positions[r]` to row `r` of `x` (width `dim`).
+    fn add_positions(&self, x: &mut Self::Buffer, dim: usize, table: PositionTable<'_, Self>, positions: &[usize]);
+
+    /// Self-attention within each sequence of a batch (the encoder): `qkv` holds each
+    /// row's fused `[q | k | v]`; writes the attended rows `[rows, dim]`.
+    fn sequence_attention(&self, qkv: &Self::Buffer, layout: &SequenceLayout, shape: AttentionShape, out: &mut Self::Buffer);
+    fn new_kv_cache(&self, rows: usize) -> Self::KvCache;
+    /// One decoder step of self-attention: appends each row's keys and values (from the
+    /// fused `qkv`) to the cache, then attends with its query over all of them.
+    fn cached_attention(&self, qkv: &Self::Buffer, cache: &mut Self::KvCache, shape: AttentionShape, out: &mut Self::Buffer);
+    /// Keeps cache rows `sources[i]` as row `i`.
+    fn reorder_kv_cache(&self, cache: &mut Self::KvCache, sources: &[usize]);
+    /// One decoder step of encoder-decoder attention: row `r` attends with `query[r]`
+    /// over the memory keys/values (fused `[k | v]` rows) of example `row_example[r]`.
+    #[allow(clippy::too_many_arguments)]
+    fn memory_attention(
+        &self,
+        query: &Self::Buffer,
+        memory_kv: &Self::Buffer,
+        memory: &SequenceLayout,
+        row_example: &[usize],
+        shape: AttentionShape,
+        out: &mut Self::Buffer,
+    );
+
+    /// The SSRU cell: `c = f * c + (1 - f) * input` with `f = sigmoid(forget)`, `out = relu(c)`.
+    fn ssru(&self, cells: &mut Self::Buffer, input: &Self::Buffer, forget: &Self::Buffer, out: &mut Self::Buffer);
+    /// Average attention's running mean after `step` earlier inputs: `g = (g * step + x) / (step + 1)`.
+    fn running_average(&self, average: &mut Self::Buffer, x: &Self::Buffer, step: usize);
+    /// Average attention's gate: `y = sigmoid(input_gate) * x + sigmoid(forget_gate) * y`.
+    fn gate(&self, y: &mut Self::Buffer, x: &Self::Buffer, input_gate: &Self::Buffer, forget_gate: &Self::Buffer);
+    /// Keeps rows `sources[i]` (width `dim`) as row `i`.
+    fn reorder_rows(&self, x: &mut Self::Buffer, dim: usize, sources: &[usize]);
+
+    /// Hands the logits over to the host (decoding runs there).
+    fn logits_to_host(&self, logits: &mut Self::Buffer, host: &mut Vec<f32>);
+}

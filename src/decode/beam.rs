@@ -2,7 +2,8 @@
 //! step, finished hypotheses replaced by the next unfinished candidates, `patience`
 //! deciding how many finished hypotheses end the search, forced target prefixes.
 use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchParams, StartTokens};
-use crate::backend::cpu::{ops, Ctx};
+use crate::backend::cpu::ops;
+use crate::backend::Ctx;
 
 /// The `k` best (index, value) pairs of `values`, best first; the lower index wins ties.
 pub fn top_k(values: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {

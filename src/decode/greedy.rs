@@ -1,7 +1,8 @@
 //! Greedy search: the arg-max token at each step. The log-probability of the chosen token
 //! is only computed when scores are requested (the arg-max of the logits is the same).
 use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchParams, StartTokens};
-use crate::backend::cpu::{ops, Ctx};
+use crate::backend::cpu::ops;
+use crate::backend::Ctx;
 
 pub fn greedy_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartTokens], params: &SearchParams) -> Vec<Hypotheses> {
     let batch = starts.len();

@@ -95,7 +95,7 @@ pub(crate) fn finalize(mut hyps: Vec<(Vec<u32>, f32)>, n: usize, length_penalty:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::Ctx;
+    use crate::backend::Ctx;
 
     /// A decoder whose logits depend only on the step: `table[step][token]`, the same for
     /// every row. It records which rows survive, to check the row bookkeeping.

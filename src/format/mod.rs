@@ -12,19 +12,10 @@ pub mod marian;
 pub mod package;
 pub mod shortlist;
 
+pub use crate::backend::Quantized;
 use crate::backend::{FloatOrder, SavedPrecision};
 use crate::error::Result;
 use crate::tensor::Tensor;
-
-/// A weight as stored quantized (`w = q / scale`).
-pub enum Quantized {
-    /// One scale per row; `activation_scale` is a precomputed, fixed scale for the inputs
-    /// of the product (Marian's `*_QuantMultA` "alphas"), `None` = per row at run time;
-    /// `intgemm` asks for the products to reproduce intgemm's shifted int8 multiply.
-    Int8 { values: Vec<i8>, scales: Vec<f32>, activation_scale: Option<f32>, intgemm: bool },
-    /// One scale for the whole tensor.
-    Int16 { values: Vec<i16>, scale: f32 },
-}
 
 /// Named tensors and attributes of a model, under Tolk's spec names. Matrices are handed
 /// out as `[out, in]` (CTranslate2's layout) whatever the file stores.

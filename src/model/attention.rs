@@ -1,18 +1,18 @@
 //! Attention and feed-forward blocks: the projections run as batched matrix products over
-//! all rows; the attention itself is the backend's (`backend::cpu::attention`).
-use crate::backend::cpu::{ops, Ctx};
+//! all rows; the attention itself is the backend's.
+use crate::backend::{Activation, Backend, Ctx};
 use crate::error::Result;
 use crate::model::layers::{Linear, Norm, WeightReader};
 
 /// Self-attention block: `linear_0` is the fused QKV projection [3d, d], `linear_1` the output.
-pub struct SelfAttention {
-    pub norm: Norm,
-    pub qkv: Linear,
-    pub out: Linear,
+pub struct SelfAttention<B: Backend> {
+    pub norm: Norm<B>,
+    pub qkv: Linear<B>,
+    pub out: Linear<B>,
 }
 
-impl SelfAttention {
-    pub fn load(w: &WeightReader, scope: &str, d: usize, eps: Option<f32>) -> Result<Self> {
+impl<B: Backend> SelfAttention<B> {
+    pub fn load(w: &WeightReader<B>, scope: &str, d: usize, eps: Option<f32>) -> Result<Self> {
         Ok(SelfAttention {
             norm: Norm::load(w, &format!("{scope}/layer_norm"), d, eps)?,
             qkv: Linear::load(w, &format!("{scope}/linear_0"), 3 * d, d)?,
@@ -23,14 +23,14 @@ impl SelfAttention {
 
 /// A simpler simple recurrent unit replacing decoder self-attention (Marian's SSRU):
 /// `input` is `W` (no bias), `forget` is `Wf` with `bf`.
-pub struct Ssru {
-    pub norm: Norm,
-    pub input: Linear,
-    pub forget: Linear,
+pub struct Ssru<B: Backend> {
+    pub norm: Norm<B>,
+    pub input: Linear<B>,
+    pub forget: Linear<B>,
 }
 
-impl Ssru {
-    pub fn load(w: &WeightReader, scope: &str, d: usize, eps: Option<f32>) -> Result<Self> {
+impl<B: Backend> Ssru<B> {
+    pub fn load(w: &WeightReader<B>, scope: &str, d: usize, eps: Option<f32>) -> Result<Self> {
         Ok(Ssru {
             norm: Norm::load(w, &format!("{scope}/layer_norm"), d, eps)?,
             input: Linear::load(w, &format!("{scope}/linear_0"), d, d)?,
@@ -42,18 +42,18 @@ impl Ssru {
 /// Marian's average attention (AAN, "Accelerating NMT with an average attention network"):
 /// the running average of the layer's inputs through a small FFN (`hidden` layers with
 /// `activation`, then `projection` back to d when needed), gated with the input.
-pub struct AverageAttention {
-    pub norm: Norm,
-    pub hidden: Vec<Linear>,
-    pub projection: Option<Linear>,
-    pub activation: ops::Activation,
+pub struct AverageAttention<B: Backend> {
+    pub norm: Norm<B>,
+    pub hidden: Vec<Linear<B>>,
+    pub projection: Option<Linear<B>>,
+    pub activation: Activation,
     /// `sigmoid(Wi x + bi)` and `sigmoid(Wf y + bf)`: `y = gi * x + gf * y` (absent with
     /// `transformer-aan-nogate`).
-    pub gate: Option<(Linear, Linear)>,
+    pub gate: Option<(Linear<B>, Linear<B>)>,
 }
 
-impl AverageAttention {
-    pub fn load(w: &WeightReader, scope: &str, d: usize, eps: Option<f32>) -> Result<Self> {
+impl<B: Backend> AverageAttention<B> {
+    pub fn load(w: &WeightReader<B>, scope: &str, d: usize, eps: Option<f32>) -> Result<Self> {
         let mut hidden = Vec::new();
         let mut input = d;
         while w.contains(&format!("{scope}/linear_{}/weight", hidden.len())) {
@@ -68,7 +68,7 @@ impl AverageAttention {
             None
         };
         let activation = w.scalar(&format!("{scope}/activation"))?.unwrap_or(2.0) as i64;
-        let activation = ops::Activation::from_ct2_id(activation)
+        let activation = Activation::from_ct2_id(activation)
             .ok_or_else(|| crate::error::Error::unsupported(format!("{scope}: activation #{activation} is not supported")))?;
         let gate = if w.contains(&format!("{scope}/gate_input/weight")) {
             Some((Linear::load(w, &format!("{scope}/gate_input"), d, d)?, Linear::load(w, &format!("{scope}/gate_forget"), d, d)?))
@@ -80,15 +80,15 @@ impl AverageAttention {
 }
 
 /// Encoder-decoder attention: `linear_0` queries [d, d], `linear_1` fused KV [2d, d], `linear_2` output.
-pub struct CrossAttention {
-    pub norm: Norm,
-    pub query: Linear,
-    pub kv: Linear,
-    pub out: Linear,
+pub struct CrossAttention<B: Backend> {
+    pub norm: Norm<B>,
+    pub query: Linear<B>,
+    pub kv: Linear<B>,
+    pub out: Linear<B>,
 }
 
-impl CrossAttention {
-    pub fn load(w: &WeightReader, scope: &str, d: usize, eps: Option<f32>) -> Result<Self> {
+impl<B: Backend> CrossAttention<B> {
+    pub fn load(w: &WeightReader<B>, scope: &str, d: usize, eps: Option<f32>) -> Result<Self> {
         Ok(CrossAttention {
             norm: Norm::load(w, &format!("{scope}/layer_norm"), d, eps)?,
             query: Linear::load(w, &format!("{scope}/linear_0"), d, d)?,
@@ -99,15 +99,15 @@ impl CrossAttention {
 }
 
 /// Position-wise feed-forward block.
-pub struct FeedForward {
-    pub norm: Norm,
-    pub inner: Linear,
-    pub outer: Linear,
-    pub activation: ops::Activation,
+pub struct FeedForward<B: Backend> {
+    pub norm: Norm<B>,
+    pub inner: Linear<B>,
+    pub outer: Linear<B>,
+    pub activation: Activation,
 }
 
-impl FeedForward {
-    pub fn load(w: &WeightReader, scope: &str, d: usize, eps: Option<f32>, activation: ops::Activation) -> Result<Self> {
+impl<B: Backend> FeedForward<B> {
+    pub fn load(w: &WeightReader<B>, scope: &str, d: usize, eps: Option<f32>, activation: Activation) -> Result<Self> {
         let ffn_dim = w.dims(&format!("{scope}/linear_0/weight"))?.first().copied().unwrap_or(0);
         Ok(FeedForward {
             norm: Norm::load(w, &format!("{scope}/layer_norm"), d, eps)?,
@@ -118,36 +118,45 @@ impl FeedForward {
     }
 
     /// `x` (rows × d) is replaced by the block's output, residual and norm included.
-    pub fn forward(&self, ctx: &Ctx, x: &mut [f32], rows: usize, pre_norm: bool, scratch: &mut Scratch) {
-        let input: &[f32] = if pre_norm {
-            scratch.normed.clear();
-            scratch.normed.extend_from_slice(x);
-            self.norm.forward(&mut scratch.normed);
+    pub fn forward(&self, b: &B, ctx: &Ctx, x: &mut B::Buffer, rows: usize, pre_norm: bool, scratch: &mut Scratch<B>) {
+        let input = if pre_norm {
+            b.copy(x, &mut scratch.normed);
+            self.norm.forward(b, &mut scratch.normed);
             &scratch.normed
         } else {
-            x
+            &*x
         };
-        if self.activation == ops::Activation::Relu {
-            self.inner.forward_relu(ctx, input, rows, &mut scratch.hidden);
+        if self.activation == Activation::Relu {
+            self.inner.forward_relu(b, ctx, input, rows, &mut scratch.hidden);
         } else {
-            self.inner.forward(ctx, input, rows, &mut scratch.hidden);
-            self.activation.apply(&mut scratch.hidden);
+            self.inner.forward(b, ctx, input, rows, &mut scratch.hidden);
+            b.activation(&mut scratch.hidden, self.activation);
         }
-        self.outer.forward(ctx, &scratch.hidden, rows, &mut scratch.proj);
-        ops::add_assign(x, &scratch.proj);
+        self.outer.forward(b, ctx, &scratch.hidden, rows, &mut scratch.proj);
+        b.add(x, &scratch.proj);
         if !pre_norm {
-            self.norm.forward(x);
+            self.norm.forward(b, x);
         }
     }
 }
 
 /// Reusable buffers, so a decoding step allocates nothing once warmed up.
-#[derive(Default)]
-pub struct Scratch {
-    pub normed: Vec<f32>,
-    pub hidden: Vec<f32>,
-    pub proj: Vec<f32>,
-    pub context: Vec<f32>,
-    pub scores: Vec<f32>,
-    pub query: Vec<f32>,
+pub struct Scratch<B: Backend> {
+    pub normed: B::Buffer,
+    pub hidden: B::Buffer,
+    pub proj: B::Buffer,
+    pub context: B::Buffer,
+    pub query: B::Buffer,
+}
+
+impl<B: Backend> Default for Scratch<B> {
+    fn default() -> Self {
+        Scratch {
+            normed: B::Buffer::default(),
+            hidden: B::Buffer::default(),
+            proj: B::Buffer::default(),
+            context: B::Buffer::default(),
+            query: B::Buffer::default(),
+        }
+    }
 }

@@ -4,36 +4,33 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::backend::cpu::int16::PackedI16Matrix;
-use crate::backend::cpu::int8::PackedI8Matrix;
-use crate::backend::cpu::packed::PackedMatrix;
-use crate::backend::cpu::weight::PackedWeight;
-use crate::backend::cpu::{ops, Ctx};
+use crate::backend::{Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized};
 use crate::error::{Error, Result};
-use crate::backend::{ComputeType, FloatOrder};
-use crate::format::{Quantized, WeightSource};
+use crate::format::WeightSource;
 use crate::tensor::Tensor;
 
 /// Reads weights by their spec name (CTranslate2's) and remembers which names were used,
 /// so that any variable the model builder did not understand is reported instead of ignored.
-pub struct WeightReader<'a> {
+pub struct WeightReader<'a, B: Backend> {
     source: &'a dyn WeightSource,
+    backend: &'a B,
     /// What weights are converted to (concrete: float32, int8 or int16).
     compute_type: ComputeType,
     used: RefCell<BTreeSet<String>>,
     /// Converted tensors by stored name: aliases (tied embeddings) share one copy.
     converted: RefCell<HashMap<String, Weight>>,
-    /// Packed matrices by stored name, for weights shared by several layers.
-    packed: RefCell<HashMap<String, Arc<PackedWeight>>>,
+    /// Prepared matrices `[n, k]` by stored name, for weights shared by several layers.
+    packed: RefCell<HashMap<String, (Arc<B::Matrix>, usize, usize)>>,
 }
 
 /// A weight shared by the layers that use it (tied embeddings and projections).
 pub type Weight = Arc<Tensor>;
 
-impl<'a> WeightReader<'a> {
-    pub fn new(source: &'a dyn WeightSource, compute_type: ComputeType) -> Self {
+impl<'a, B: Backend> WeightReader<'a, B> {
+    pub fn new(source: &'a dyn WeightSource, backend: &'a B, compute_type: ComputeType) -> Self {
         WeightReader {
             source,
+            backend,
             compute_type,
             used: RefCell::new(BTreeSet::new()),
             converted: RefCell::new(HashMap::new()),
@@ -80,14 +77,18 @@ impl<'a> WeightReader<'a> {
         self.source.stored_name(name)
     }
 
-    /// A weight `[n, k]` converted to the compute type and packed; shared weights are
-    /// packed once.
-    pub fn packed(&self, name: &str, n: usize, k: usize) -> Result<Arc<PackedWeight>> {
+    pub fn backend(&self) -> &'a B {
+        self.backend
+    }
+
+    /// A weight `[n, k]` prepared by the backend for the compute type; shared weights are
+    /// prepared once.
+    pub fn packed(&self, name: &str, n: usize, k: usize) -> Result<Arc<B::Matrix>> {
         let stored = self.stored_name(name).unwrap_or_default();
-        if let Some(p) = self.packed.borrow().get(&stored) {
-            if (p.rows(), p.cols()) != (n, k) {
+        if let Some((p, rows, cols)) = self.packed.borrow().get(&stored) {
+            if (*rows, *cols) != (n, k) {
                 let file = self.source.file_name();
-                return Err(Error::invalid_model(format!("{file}: {name} is [{}, {}], expected [{n}, {k}]", p.rows(), p.cols())));
+                return Err(Error::invalid_model(format!("{file}: {name} is [{rows}, {cols}], expected [{n}, {k}]")));
             }
             self.mark(name);
             return Ok(Arc::clone(p));
@@ -101,25 +102,19 @@ impl<'a> WeightReader<'a> {
             ComputeType::Int8 | ComputeType::Int16 => self.source.quantized(name)?,
             _ => None,
         };
-        let p = Arc::new(match (self.compute_type, saved) {
-            // Saved in the compute type: used as is, exactly as CTranslate2 does.
-            (ComputeType::Int8, Some(Quantized::Int8 { values, scales, activation_scale, intgemm })) => {
+        // Saved in the compute type: handed over as stored. Otherwise through float32
+        // (int8 <-> int16 dequantize and requantize).
+        let data = match (self.compute_type, saved) {
+            (ComputeType::Int8, Some(q @ Quantized::Int8 { .. })) | (ComputeType::Int16, Some(q @ Quantized::Int16 { .. })) => {
                 self.mark(name);
-                let packed = PackedI8Matrix::from_quantized(&values, scales, n, k);
-                PackedWeight::Int8(packed.with_activation_scale(activation_scale).with_intgemm_emulation(intgemm))
+                MatrixData::Quantized(q)
             }
-            // Otherwise through float32 (int8 <-> int16 dequantize and requantize).
-            (ComputeType::Int8, _) => PackedWeight::Int8(PackedI8Matrix::quantize(&self.tensor(name)?, n, k)),
-            (ComputeType::Int16, Some(Quantized::Int16 { values, scale })) => {
-                self.mark(name);
-                PackedWeight::Int16(PackedI16Matrix::from_quantized(&values, scale, n, k))
-            }
-            (ComputeType::Int16, _) => PackedWeight::Int16(PackedI16Matrix::quantize(&self.tensor(name)?, n, k)),
-            _ => PackedWeight::Float32(PackedMatrix::pack(&self.tensor(name)?, n, k)),
-        });
+            _ => MatrixData::Float(self.tensor(name)?),
+        };
+        let p = Arc::new(self.backend.matrix(data, n, k, self.compute_type)?);
         self.source.release(&stored);
         if self.source.is_shared(&stored) {
-            self.packed.borrow_mut().insert(stored, Arc::clone(&p));
+            self.packed.borrow_mut().insert(stored, (Arc::clone(&p), n, k));
         }
         Ok(p)
     }
@@ -230,75 +225,66 @@ fn check_shape(name: &str, t: &Tensor, expected: &[usize]) -> Result<()> {
 }
 
 /// `y = x · Wᵀ + b` with `W` stored [out, in].
-pub struct Linear {
-    weight: Arc<PackedWeight>,
-    bias: Option<Weight>,
+pub struct Linear<B: Backend> {
+    weight: Arc<B::Matrix>,
+    bias: Option<B::Vector>,
+    out_dim: usize,
+    in_dim: usize,
 }
 
-impl Linear {
-    pub fn load(w: &WeightReader, scope: &str, out_dim: usize, in_dim: usize) -> Result<Linear> {
+impl<B: Backend> Linear<B> {
+    pub fn load(w: &WeightReader<B>, scope: &str, out_dim: usize, in_dim: usize) -> Result<Self> {
         let weight = w.packed(&format!("{scope}/weight"), out_dim, in_dim)?;
-        let bias = w.opt_tensor(&format!("{scope}/bias"))?;
-        if let Some(b) = &bias {
-            check_shape(&format!("{scope}/bias"), b, &[out_dim])?;
-        }
-        Ok(Linear { weight, bias })
+        let bias = match w.opt_tensor(&format!("{scope}/bias"))? {
+            Some(b) => {
+                check_shape(&format!("{scope}/bias"), &b, &[out_dim])?;
+                Some(w.backend().vector(b)?)
+            }
+            None => None,
+        };
+        Ok(Linear { weight, bias, out_dim, in_dim })
     }
 
     pub fn out_dim(&self) -> usize {
-        self.weight.rows()
+        self.out_dim
     }
 
     pub fn in_dim(&self) -> usize {
-        self.weight.cols()
-    }
-
-    pub fn weight(&self) -> &Arc<PackedWeight> {
-        &self.weight
+        self.in_dim
     }
 
     /// This layer restricted to the output features `ids` (a vocabulary subset): the
     /// product then costs `ids.len()` rows instead of all of them.
-    pub fn select_rows(&self, ids: &[u32]) -> Linear {
+    pub fn select_rows(&self, backend: &B, ids: &[u32]) -> Self {
         Linear {
-            weight: Arc::new(self.weight.gather_rows(ids)),
-            bias: self.bias.as_ref().map(|b| Arc::new(Tensor::from_vec(ids.iter().map(|&i| b[i as usize]).collect(), vec![ids.len()]))),
+            weight: Arc::new(backend.gather_rows(&self.weight, ids)),
+            bias: self.bias.as_ref().map(|b| backend.gather(b, ids)),
+            out_dim: ids.len(),
+            in_dim: self.in_dim,
         }
+    }
+
+    /// Computes `rows` outputs into `out` (rows × out_dim).
+    pub fn forward(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, out: &mut B::Buffer) {
+        backend.linear(ctx, x, rows, &self.weight, self.bias.as_ref(), false, out);
     }
 
     /// `forward` followed by ReLU, fused where the kernel can.
-    pub fn forward_relu(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
-        self.resize_output(rows, out);
-        self.weight.matmul_relu(x, self.bias.as_deref().map(|b| &b[..]), out, rows, ctx.threads);
-    }
-
-    fn resize_output(&self, rows: usize, out: &mut Vec<f32>) {
-        // Every element is overwritten, so only newly grown space is initialized (zeroing
-        // the 65k-wide logits of every step would cost as much as writing them).
-        let needed = rows * self.out_dim();
-        if out.len() < needed {
-            out.resize(needed, 0.0);
-        }
-        out.truncate(needed);
-    }
-
-    /// Computes `rows` outputs into `out` (resized to rows × out_dim).
-    pub fn forward(&self, ctx: &Ctx, x: &[f32], rows: usize, out: &mut Vec<f32>) {
-        self.resize_output(rows, out);
-        self.weight.matmul(x, self.bias.as_deref().map(|b| &b[..]), out, rows, ctx.threads);
+    pub fn forward_relu(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, out: &mut B::Buffer) {
+        backend.linear(ctx, x, rows, &self.weight, self.bias.as_ref(), true, out);
     }
 }
 
 /// LayerNorm (with beta) or RMSNorm (gamma only), as CTranslate2 decides from the weights.
-pub struct Norm {
-    gamma: Weight,
-    beta: Option<Weight>,
+pub struct Norm<B: Backend> {
+    gamma: B::Vector,
+    beta: Option<B::Vector>,
     epsilon: f32,
     order: FloatOrder,
 }
 
-impl Norm {
-    pub fn load(w: &WeightReader, scope: &str, dim: usize, epsilon: Option<f32>) -> Result<Norm> {
+impl<B: Backend> Norm<B> {
+    pub fn load(w: &WeightReader<B>, scope: &str, dim: usize, epsilon: Option<f32>) -> Result<Self> {
         let gamma = w.tensor(&format!("{scope}/gamma"))?;
         check_shape(&format!("{scope}/gamma"), &gamma, &[dim])?;
         let beta = w.opt_tensor(&format!("{scope}/beta"))?;
@@ -307,43 +293,45 @@ impl Norm {
         }
         // CTranslate2's defaults: 1e-5 for LayerNorm, 1e-6 for RMSNorm.
         let epsilon = epsilon.unwrap_or(if beta.is_some() { 1e-5 } else { 1e-6 });
-        Ok(Norm { gamma, beta, epsilon, order: w.float_order() })
+        let backend = w.backend();
+        Ok(Norm {
+            gamma: backend.vector(gamma)?,
+            beta: beta.map(|b| backend.vector(b)).transpose()?,
+            epsilon,
+            order: w.float_order(),
+        })
     }
 
-    pub fn forward(&self, x: &mut [f32]) {
-        match &self.beta {
-            Some(beta) if self.order == FloatOrder::Marian => ops::layer_norm_sequential(x, &self.gamma, beta, self.epsilon),
-            Some(beta) => ops::layer_norm(x, &self.gamma, beta, self.epsilon),
-            None => ops::rms_norm(x, &self.gamma, self.epsilon),
-        }
+    pub fn forward(&self, backend: &B, x: &mut B::Buffer) {
+        backend.layer_norm(x, &self.gamma, self.beta.as_ref(), self.epsilon, self.order);
     }
 }
 
 /// Position encodings added to the scaled embeddings.
-pub enum Positions {
+pub enum Positions<B: Backend> {
     /// A stored table [max_positions, d] (learned, or sinusoids saved by the converter).
-    Table(Weight),
+    Table { table: B::Vector, rows: usize },
     /// Sinusoids with [sin | cos] halves; position p uses (p + start): CTranslate2 starts
     /// at 1, Marian at 0 (its models say so with a `position_start` attribute).
-    Sinusoidal { dim: usize, start: usize },
+    Sinusoidal { start: usize },
 }
 
-impl Positions {
-    pub fn load(w: &WeightReader, scope: &str, dim: usize) -> Result<Positions> {
+impl<B: Backend> Positions<B> {
+    pub fn load(w: &WeightReader<B>, scope: &str, dim: usize) -> Result<Self> {
         let name = format!("{scope}/position_encodings/encodings");
         match w.opt_tensor(&name)? {
             Some(t) => {
                 if t.shape().len() != 2 || t.shape()[1] != dim || t.shape()[0] == 0 {
                     return Err(Error::invalid_model(format!("model.bin: {name} has shape {:?}, expected [N, {dim}]", t.shape())));
                 }
-                Ok(Positions::Table(t))
+                Ok(Positions::Table { rows: t.rows(), table: w.backend().vector(t)? })
             }
             None => {
                 if dim < 4 || dim % 2 != 0 {
                     return Err(Error::invalid_model(format!("sinusoidal positions need an even model dimension >= 4, got {dim}")));
                 }
                 let start = w.scalar(&format!("{scope}/position_start"))?.unwrap_or(1.0);
-                Ok(Positions::Sinusoidal { dim, start: start.clamp(0.0, 1.0) as usize })
+                Ok(Positions::Sinusoidal { start: start.clamp(0.0, 1.0) as usize })
             }
         }
     }
@@ -351,32 +339,23 @@ impl Positions {
     /// The largest number of positions supported (None = unbounded).
     pub fn max_positions(&self) -> Option<usize> {
         match self {
-            Positions::Table(t) => Some(t.rows()),
+            Positions::Table { rows, .. } => Some(*rows),
             Positions::Sinusoidal { .. } => None,
         }
     }
 
-    /// Adds the encoding of `position` to `x` (one row).
-    pub fn add(&self, position: usize, x: &mut [f32]) {
-        match self {
-            Positions::Table(t) => ops::add_assign(x, t.row(position)),
-            Positions::Sinusoidal { dim, start } => {
-                let half = dim / 2;
-                let increment = 10000f32.ln() / (half - 1) as f32;
-                let p = (position + start) as f32;
-                for j in 0..half {
-                    let timescale = (-increment * j as f32).exp();
-                    let t = p * timescale;
-                    x[j] += t.sin();
-                    x[half + j] += t.cos();
-                }
-            }
-        }
+    /// Adds the encoding of `positions[r]` to row `r` of `x` (width `dim`).
+    pub fn add(&self, backend: &B, x: &mut B::Buffer, dim: usize, positions: &[usize]) {
+        let table = match self {
+            Positions::Table { table, .. } => PositionTable::Table(table),
+            Positions::Sinusoidal { start } => PositionTable::Sinusoidal { start: *start },
+        };
+        backend.add_positions(x, dim, table, positions);
     }
 }
 
 /// How embeddings are scaled: CTranslate2's `scale_embeddings` is a flag (sqrt(d)) or a value.
-pub fn embeddings_scale(w: &WeightReader, scope: &str, dim: usize) -> Result<Option<f32>> {
+pub fn embeddings_scale<B: Backend>(w: &WeightReader<B>, scope: &str, dim: usize) -> Result<Option<f32>> {
     let name = format!("{scope}/scale_embeddings");
     let raw = w.source.is_flag(&name);
     Ok(match (w.scalar(&name)?, raw) {
@@ -389,49 +368,50 @@ pub fn embeddings_scale(w: &WeightReader, scope: &str, dim: usize) -> Result<Opt
 /// An embedding table: dense float rows, or packed rows read back dequantized: the output
 /// projection it is tied to (so a shared 65k x 512 matrix is stored once) or, with a
 /// quantized compute type, its own quantized table (CTranslate2 quantizes embeddings too).
-pub enum EmbeddingTable {
-    Dense(Weight),
-    Packed(Arc<PackedWeight>),
+pub struct EmbeddingTable<B: Backend> {
+    rows: Rows<B>,
+    vocabulary: usize,
+    dim: usize,
 }
 
-impl EmbeddingTable {
+enum Rows<B: Backend> {
+    Dense(B::Vector),
+    Packed(Arc<B::Matrix>),
+}
+
+impl<B: Backend> EmbeddingTable<B> {
     /// Loads `name`, reusing the packed projection when the model ties them together.
-    pub fn load(w: &WeightReader, name: &str, tied_projection: &str) -> Result<EmbeddingTable> {
+    pub fn load(w: &WeightReader<B>, name: &str, tied_projection: &str) -> Result<Self> {
         let dims = w.dims(name)?;
         if dims.len() != 2 || dims[0] == 0 || dims[1] == 0 {
             return Err(Error::invalid_model(format!("model.bin: {name} has shape {dims:?}, expected [vocabulary, d]")));
         }
+        let (vocabulary, dim) = (dims[0], dims[1]);
         let tied = w.contains(tied_projection) && w.stored_name(name) == w.stored_name(tied_projection);
-        if tied || w.compute_type() != ComputeType::Float32 {
-            let packed = w.packed(name, dims[0], dims[1])?;
+        let rows = if tied || w.compute_type() != ComputeType::Float32 {
+            let packed = w.packed(name, vocabulary, dim)?;
             w.forget_converted(name);
-            return Ok(EmbeddingTable::Packed(packed));
-        }
-        Ok(EmbeddingTable::Dense(w.tensor(name)?))
+            Rows::Packed(packed)
+        } else {
+            Rows::Dense(w.backend().vector(w.tensor(name)?)?)
+        };
+        Ok(EmbeddingTable { rows, vocabulary, dim })
     }
 
     pub fn rows(&self) -> usize {
-        match self {
-            EmbeddingTable::Dense(t) => t.rows(),
-            EmbeddingTable::Packed(p) => p.rows(),
-        }
+        self.vocabulary
     }
 
     pub fn dim(&self) -> usize {
-        match self {
-            EmbeddingTable::Dense(t) => t.row_len(),
-            EmbeddingTable::Packed(p) => p.cols(),
-        }
+        self.dim
     }
 
-    /// Writes row `id` scaled by `scale` into `out`.
-    pub fn lookup(&self, id: usize, scale: Option<f32>, out: &mut [f32]) {
-        match self {
-            EmbeddingTable::Dense(t) => out.copy_from_slice(t.row(id)),
-            EmbeddingTable::Packed(p) => p.copy_row(id, out),
-        }
-        if let Some(s) = scale {
-            out.iter_mut().for_each(|v| *v *= s);
-        }
+    /// Row `ids[r]` scaled by `scale` as row `r` of `out`.
+    pub fn lookup(&self, backend: &B, ids: &[u32], scale: Option<f32>, out: &mut B::Buffer) {
+        let rows = match &self.rows {
+            Rows::Dense(t) => EmbeddingRows::Dense(t),
+            Rows::Packed(p) => EmbeddingRows::Packed(p.as_ref()),
+        };
+        backend.embed(rows, self.dim, ids, scale, out);
     }
 }

@@ -8,8 +8,7 @@
 //! and decoding settings.
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::backend::cpu::Ctx;
-use crate::backend::{ComputeType, FloatOrder, SavedPrecision};
+use crate::backend::{Backend, ComputeType, Ctx, FloatOrder, SavedPrecision};
 use crate::error::{Error, Result};
 use crate::format::ct2::Vocabulary;
 use crate::format::marian::{MarianFile, MarianType, Yaml};
@@ -24,8 +23,8 @@ use crate::tensor::Tensor;
 const LAYER_NORM_EPSILON: f32 = 1e-6;
 
 /// A Marian model with its package: vocabularies, shortlist, decoding settings.
-pub struct MarianModel {
-    transformer: TransformerModel,
+pub struct MarianModel<B: Backend> {
+    transformer: TransformerModel<B>,
     shortlist: Option<Shortlist>,
     shared_vocabulary: bool,
     decoding: PackageDecoding,
@@ -37,10 +36,10 @@ fn use_alphas(package: &MarianPackage) -> bool {
     package.gemm_precision.as_deref().is_none_or(|p| p.contains("Alpha"))
 }
 
-impl MarianModel {
+impl<B: Backend> MarianModel<B> {
     /// Builds the model from its package; `source`/`target` are the vocabularies (read by
     /// the caller from the package's `.spm` or `.yml` files).
-    pub fn load(package: &MarianPackage, compute_type: ComputeType, source: Vocabulary, target: Vocabulary) -> Result<MarianModel> {
+    pub fn load(package: &MarianPackage, backend: &B, compute_type: ComputeType, source: Vocabulary, target: Vocabulary) -> Result<Self> {
         let file = MarianFile::open(&package.model)?;
         let config = match file.model_config()? {
             Some(c) => c,
@@ -74,7 +73,7 @@ impl MarianModel {
             add_source_eos: true,
         };
         let transformer =
-            TransformerModel::build(&weights, compute_type, Some(LAYER_NORM_EPSILON), special_tokens, source, target)?;
+            TransformerModel::build(&weights, backend, compute_type, Some(LAYER_NORM_EPSILON), special_tokens, source, target)?;
         file.release_pages();
         let shortlist = match &package.shortlist {
             Some(s) => {
@@ -107,7 +106,7 @@ impl MarianModel {
     }
 }
 
-impl TranslationModel for MarianModel {
+impl<B: Backend> TranslationModel for MarianModel<B> {
     fn description(&self) -> String {
         self.description.clone()
     }

@@ -11,8 +11,7 @@ pub mod transformer;
 
 use std::path::Path;
 
-use crate::backend::cpu::Ctx;
-use crate::backend::{ComputeType, SavedPrecision};
+use crate::backend::{Backend, ComputeType, Ctx, SavedPrecision};
 use crate::error::{Error, Result};
 use crate::format::ct2::{Ct2Config, Ct2Dir, Vocabulary};
 use crate::format::WeightSource;
@@ -107,10 +106,11 @@ pub trait DecoderSession {
 /// Spec names of CTranslate2 encoder-decoder Transformers (older converters used the last two).
 const TRANSFORMER_SPECS: [&str; 3] = ["TransformerSpec", "TransformerBase", "TransformerBig"];
 
-/// An encoder-decoder Transformer with its vocabularies: CTranslate2's `TransformerSpec`.
-pub struct TransformerModel {
-    pub encoder: Encoder,
-    pub decoder: Decoder,
+/// An encoder-decoder Transformer with its vocabularies: CTranslate2's `TransformerSpec`,
+/// its layers held and run by the compute backend `B`.
+pub struct TransformerModel<B: Backend> {
+    pub encoder: Encoder<B>,
+    pub decoder: Decoder<B>,
     pub special_tokens: SpecialTokens,
     pub source_vocabulary: Vocabulary,
     pub target_vocabulary: Vocabulary,
@@ -120,9 +120,9 @@ pub struct TransformerModel {
     pub saved_precision: SavedPrecision,
 }
 
-impl TransformerModel {
+impl<B: Backend> TransformerModel<B> {
     /// Loads a CTranslate2 model directory with weights converted for `compute_type`.
-    pub fn load(dir: &Path, compute_type: ComputeType) -> Result<TransformerModel> {
+    pub fn load(dir: &Path, backend: &B, compute_type: ComputeType) -> Result<Self> {
         let Ct2Dir { bin, config, source_vocabulary, target_vocabulary } = Ct2Dir::open(dir)?;
         if !TRANSFORMER_SPECS.contains(&bin.spec_name.as_str()) {
             return Err(Error::unsupported(format!(
@@ -132,6 +132,7 @@ impl TransformerModel {
         }
         let model = TransformerModel::build(
             &bin,
+            backend,
             compute_type,
             config.layer_norm_epsilon,
             SpecialTokens::from(&config),
@@ -145,15 +146,16 @@ impl TransformerModel {
     /// Builds the layers from any weight source that presents the spec's names.
     pub fn build(
         source: &dyn WeightSource,
+        backend: &B,
         compute_type: ComputeType,
         layer_norm_epsilon: Option<f32>,
         special_tokens: SpecialTokens,
         source_vocabulary: Vocabulary,
         target_vocabulary: Vocabulary,
-    ) -> Result<TransformerModel> {
+    ) -> Result<Self> {
         let saved_precision = source.saved_precision();
         let compute_type = compute_type.resolve(saved_precision);
-        let w = WeightReader::new(source, compute_type);
+        let w = WeightReader::new(source, backend, compute_type);
         let encoder = Encoder::load(&w, layer_norm_epsilon)?;
         let decoder = Decoder::load(&w, layer_norm_epsilon)?;
         w.ensure_all_used()?;
@@ -185,7 +187,7 @@ impl TransformerModel {
     }
 }
 
-impl TranslationModel for TransformerModel {
+impl<B: Backend> TranslationModel for TransformerModel<B> {
     fn description(&self) -> String {
         "CTranslate2 Transformer".into()
     }
@@ -212,7 +214,7 @@ impl TranslationModel for TransformerModel {
     }
     fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>) -> Result<Box<dyn DecoderSession + 'a>> {
         let memory = self.encoder.forward(ctx, sources);
-        let state = self.decoder.initial_state(ctx, &memory, output_ids)?;
+        let state = self.decoder.initial_state(ctx, memory, output_ids)?;
         Ok(Box::new(transformer::TransformerSession { decoder: &self.decoder, state }))
     }
 }

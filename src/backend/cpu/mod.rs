@@ -1,7 +1,9 @@
-//! CPU kernels, dispatched at run time by `isa`: matrix products with weights packed at
-//! load in float32 (`packed`), int8 (`int8`) and int16 (`int16`), and the element-wise
-//! and row-wise operations of a Transformer (`ops`), multi-head attention (`attention`).
+//! The CPU backend (`backend`: [`CpuBackend`] implements [`crate::backend::Backend`]) and
+//! its kernels, dispatched at run time by `isa`: matrix products with weights packed at
+//! load in float32 (`packed`), int8 (`int8`) and int16 (`int16`), the element-wise and
+//! row-wise operations of a Transformer (`ops`), multi-head attention (`attention`).
 pub mod attention;
+pub mod backend;
 pub mod int16;
 pub mod int8;
 pub mod isa;
@@ -9,18 +11,7 @@ pub mod ops;
 pub mod packed;
 pub mod weight;
 
-/// Per-call execution settings shared by every kernel of one translation.
-#[derive(Debug, Clone, Copy)]
-pub struct Ctx {
-    /// Threads a single matrix product may use (the translator's intra_threads).
-    pub threads: usize,
-}
-
-impl Default for Ctx {
-    fn default() -> Self {
-        Ctx { threads: 1 }
-    }
-}
+pub use backend::CpuBackend;
 
 /// The output pointer shared by the threads of one matrix product: each writes its own
 /// columns of `y`, so no two threads touch the same element.

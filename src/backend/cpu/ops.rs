@@ -1,30 +1,9 @@
 //! Row-wise and element-wise operations, written as plain loops the compiler vectorizes.
 use super::isa::dispatch_isa;
 
-/// Feed-forward activations, numbered as CTranslate2 stores them (`*/activation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    Relu,
-    GeluTanh,
-    Swish,
-    Gelu,
-    GeluSigmoid,
-    Tanh,
-}
+pub use crate::backend::Activation;
 
 impl Activation {
-    pub fn from_ct2_id(id: i64) -> Option<Activation> {
-        Some(match id {
-            0 => Activation::Relu,
-            1 => Activation::GeluTanh,
-            2 => Activation::Swish,
-            3 => Activation::Gelu,
-            4 => Activation::GeluSigmoid,
-            5 => Activation::Tanh,
-            _ => return None,
-        })
-    }
-
     pub fn apply(self, x: &mut [f32]) {
         // Compiled per ISA like the other row operations (the same arithmetic everywhere).
         let activation = self;

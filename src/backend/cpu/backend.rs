@@ -1,0 +1,312 @@
+//! The CPU implementation of [`Backend`]: buffers are `Vec<f32>`, weights are packed at
+//! load for the compute type's kernels, and every operation dispatches on the ISA found at
+//! run time. Attention reproduces the summation orders of the engine the model came from
+//! ([`FloatOrder`]), which is what keeps Tolk's outputs identical to theirs.
+use std::sync::Arc;
+
+use super::attention::{attend_row, attend_row_padded, attend_row_sequential, KvView};
+use super::int16::PackedI16Matrix;
+use super::int8::PackedI8Matrix;
+use super::isa;
+use super::ops;
+use super::packed::PackedMatrix;
+use super::weight::PackedWeight;
+use crate::backend::{
+    Activation, AttentionShape, Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized, SequenceLayout,
+};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// The CPU backend. It holds nothing: kernels are chosen per call from `isa::current()`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CpuBackend;
+
+/// Self-attention keys and values of one decoder layer: per row, `[steps, d]` each.
+#[derive(Default)]
+pub struct CpuKvCache {
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+}
+
+/// Resizes a product's output to `len` without zeroing what is kept: every element is
+/// overwritten, and zeroing the 65k-wide logits of every step would cost as much as
+/// writing them.
+fn resize_output(out: &mut Vec<f32>, len: usize) {
+    if out.len() < len {
+        out.resize(len, 0.0);
+    }
+    out.truncate(len);
+}
+
+/// `out` as `len` zeros.
+fn zeroed(out: &mut Vec<f32>, len: usize) {
+    out.clear();
+    out.resize(len, 0.0);
+}
+
+/// Keeps `rows[sources[i]]` as row `i`. A source row used once is moved, not copied; the
+/// buffers of rows nobody continues are refilled with the copies, which spares an
+/// allocation (and its fresh, zeroed pages) per copied row.
+fn reorder_histories(rows: &mut Vec<Vec<f32>>, sources: &[usize]) {
+    let mut uses = vec![0usize; rows.len()];
+    sources.iter().for_each(|&s| uses[s] += 1);
+    let mut old = std::mem::take(rows);
+    let mut spare: Vec<Vec<f32>> = old.iter_mut().zip(&uses).filter(|(_, &u)| u == 0).map(|(v, _)| std::mem::take(v)).collect();
+    *rows = sources
+        .iter()
+        .map(|&s| {
+            uses[s] -= 1;
+            if uses[s] == 0 {
+                return std::mem::take(&mut old[s]);
+            }
+            let mut copy = spare.pop().unwrap_or_default();
+            copy.clear();
+            // Room for a few coming steps, so the next append does not copy the whole
+            // history a second time. Sized from the length, never from a capacity:
+            // capacities passed from row to row would compound.
+            copy.reserve_exact(old[s].len() * 5 / 4 + 64);
+            copy.extend_from_slice(&old[s]);
+            copy
+        })
+        .collect();
+}
+
+impl Backend for CpuBackend {
+    type Buffer = Vec<f32>;
+    type Matrix = PackedWeight;
+    type Vector = Arc<Tensor>;
+    type KvCache = CpuKvCache;
+
+    fn name(&self) -> String {
+        format!("cpu ({})", isa::current().name())
+    }
+
+    fn matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<PackedWeight> {
+        Ok(match (compute_type, data) {
+            // Saved in the compute type: used as is, exactly as CTranslate2 does.
+            (ComputeType::Int8, MatrixData::Quantized(Quantized::Int8 { values, scales, activation_scale, intgemm })) => {
+                let packed = PackedI8Matrix::from_quantized(&values, scales, n, k);
+                PackedWeight::Int8(packed.with_activation_scale(activation_scale).with_intgemm_emulation(intgemm))
+            }
+            (ComputeType::Int16, MatrixData::Quantized(Quantized::Int16 { values, scale })) => {
+                PackedWeight::Int16(PackedI16Matrix::from_quantized(&values, scale, n, k))
+            }
+            (ComputeType::Int8, MatrixData::Float(w)) => PackedWeight::Int8(PackedI8Matrix::quantize(&w, n, k)),
+            (ComputeType::Int16, MatrixData::Float(w)) => PackedWeight::Int16(PackedI16Matrix::quantize(&w, n, k)),
+            (ComputeType::Float32, MatrixData::Float(w)) => PackedWeight::Float32(PackedMatrix::pack(&w, n, k)),
+            (compute_type, _) => {
+                return Err(Error::unsupported(format!("the CPU backend cannot compute in {} from this storage", compute_type.name())))
+            }
+        })
+    }
+
+    fn gather_rows(&self, matrix: &PackedWeight, ids: &[u32]) -> PackedWeight {
+        matrix.gather_rows(ids)
+    }
+
+    fn vector(&self, data: Arc<Tensor>) -> Result<Arc<Tensor>> {
+        Ok(data)
+    }
+
+    fn gather(&self, vector: &Arc<Tensor>, ids: &[u32]) -> Arc<Tensor> {
+        Arc::new(Tensor::from_vec(ids.iter().map(|&i| vector[i as usize]).collect(), vec![ids.len()]))
+    }
+
+    fn linear(&self, ctx: &Ctx, x: &Vec<f32>, rows: usize, w: &PackedWeight, bias: Option<&Arc<Tensor>>, relu: bool, out: &mut Vec<f32>) {
+        resize_output(out, rows * w.rows());
+        let bias = bias.map(|b| &b[..]);
+        if relu {
+            w.matmul_relu(x, bias, out, rows, ctx.threads);
+        } else {
+            w.matmul(x, bias, out, rows, ctx.threads);
+        }
+    }
+
+    fn layer_norm(&self, x: &mut Vec<f32>, gamma: &Arc<Tensor>, beta: Option<&Arc<Tensor>>, epsilon: f32, order: FloatOrder) {
+        match beta {
+            Some(beta) if order == FloatOrder::Marian => ops::layer_norm_sequential(x, gamma, beta, epsilon),
+            Some(beta) => ops::layer_norm(x, gamma, beta, epsilon),
+            None => ops::rms_norm(x, gamma, epsilon),
+        }
+    }
+
+    fn activation(&self, x: &mut Vec<f32>, activation: Activation) {
+        activation.apply(x);
+    }
+
+    fn add(&self, x: &mut Vec<f32>, y: &Vec<f32>) {
+        ops::add_assign(x, y);
+    }
+
+    fn copy(&self, src: &Vec<f32>, dst: &mut Vec<f32>) {
+        dst.clear();
+        dst.extend_from_slice(src);
+    }
+
+    fn zeros(&self, out: &mut Vec<f32>, rows: usize, dim: usize) {
+        zeroed(out, rows * dim);
+    }
+
+    fn embed(&self, table: EmbeddingRows<'_, Self>, dim: usize, ids: &[u32], scale: Option<f32>, out: &mut Vec<f32>) {
+        resize_output(out, ids.len() * dim);
+        for (row, &id) in out.chunks_exact_mut(dim).zip(ids) {
+            match table {
+                EmbeddingRows::Dense(t) => row.copy_from_slice(t.row(id as usize)),
+                EmbeddingRows::Packed(p) => p.copy_row(id as usize, row),
+            }
+            if let Some(s) = scale {
+                row.iter_mut().for_each(|v| *v *= s);
+            }
+        }
+    }
+
+    fn add_positions(&self, x: &mut Vec<f32>, dim: usize, table: PositionTable<'_, Self>, positions: &[usize]) {
+        for (row, &position) in x.chunks_exact_mut(dim).zip(positions) {
+            match table {
+                PositionTable::Table(t) => ops::add_assign(row, t.row(position)),
+                PositionTable::Sinusoidal { start } => add_sinusoid(row, position + start),
+            }
+        }
+    }
+
+    fn sequence_attention(&self, qkv: &Vec<f32>, layout: &SequenceLayout, shape: AttentionShape, out: &mut Vec<f32>) {
+        let AttentionShape { num_heads: heads, dim: d, order } = shape;
+        let head_dim = d / heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        zeroed(out, layout.total_rows() * d);
+        let mut scores = Vec::new();
+        // Marian multiplies the batch padded to its longest source: Eigen's kernel then sums
+        // the keys past the last multiple of 4 of that length otherwise, for the query rows
+        // before it.
+        let whole = layout.lengths.iter().copied().max().unwrap_or(0) / 4 * 4;
+        for (&off, &len) in layout.offsets.iter().zip(&layout.lengths) {
+            let seq = &qkv[off * 3 * d..(off + len) * 3 * d];
+            let keys = KvView { data: seq, stride: 3 * d, offset: d };
+            let values = KvView { data: seq, stride: 3 * d, offset: 2 * d };
+            for t in 0..len {
+                let q = &seq[t * 3 * d..t * 3 * d + d];
+                let o = &mut out[(off + t) * d..(off + t + 1) * d];
+                match order {
+                    FloatOrder::Ctranslate2 => attend_row(q, keys, values, len, heads, head_dim, scale, false, &mut scores, o),
+                    FloatOrder::Marian => {
+                        let peeled = if t < whole { whole } else { usize::MAX };
+                        attend_row_sequential(q, keys, values, len, peeled, heads, head_dim, scale, &mut scores, o)
+                    }
+                }
+            }
+        }
+    }
+
+    fn new_kv_cache(&self, rows: usize) -> CpuKvCache {
+        CpuKvCache { keys: vec![Vec::new(); rows], values: vec![Vec::new(); rows] }
+    }
+
+    fn cached_attention(&self, qkv: &Vec<f32>, cache: &mut CpuKvCache, shape: AttentionShape, out: &mut Vec<f32>) {
+        let AttentionShape { num_heads: heads, dim: d, order } = shape;
+        let head_dim = d / heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let rows = cache.keys.len();
+        zeroed(out, rows * d);
+        let mut scores = Vec::new();
+        for r in 0..rows {
+            let row = &qkv[r * 3 * d..(r + 1) * 3 * d];
+            let keys = &mut cache.keys[r];
+            keys.extend_from_slice(&row[d..2 * d]);
+            let values = &mut cache.values[r];
+            values.extend_from_slice(&row[2 * d..]);
+            let len = keys.len() / d;
+            let kv = |data| KvView { data, stride: d, offset: 0 };
+            let o = &mut out[r * d..(r + 1) * d];
+            match order {
+                // One query row per product: no peeled keys.
+                FloatOrder::Marian => {
+                    attend_row_sequential(&row[..d], kv(keys), kv(values), len, usize::MAX, heads, head_dim, scale, &mut scores, o)
+                }
+                FloatOrder::Ctranslate2 => attend_row(&row[..d], kv(keys), kv(values), len, heads, head_dim, scale, true, &mut scores, o),
+            }
+        }
+    }
+
+    fn reorder_kv_cache(&self, cache: &mut CpuKvCache, sources: &[usize]) {
+        reorder_histories(&mut cache.keys, sources);
+        reorder_histories(&mut cache.values, sources);
+    }
+
+    fn memory_attention(
+        &self,
+        query: &Vec<f32>,
+        memory_kv: &Vec<f32>,
+        memory: &SequenceLayout,
+        row_example: &[usize],
+        shape: AttentionShape,
+        out: &mut Vec<f32>,
+    ) {
+        let AttentionShape { num_heads: heads, dim: d, order } = shape;
+        let head_dim = d / heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        zeroed(out, row_example.len() * d);
+        let mut scores = Vec::new();
+        // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
+        let padded = memory.lengths.iter().copied().max().unwrap_or(0);
+        // CTranslate2 keeps the memory keys/values once per example, not per beam: with
+        // several rows per example (beam search after the first step), the example's beams
+        // are the query rows of one product (`beam_size > 1` in its cross-attention), which
+        // MKL sums in its several-rows order instead of the one-query-row order.
+        let single_query = !row_example.windows(2).any(|w| w[0] == w[1]);
+        for (r, &ex) in row_example.iter().enumerate() {
+            let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
+            let mem = &memory_kv[off * 2 * d..(off + len) * 2 * d];
+            let (keys, values) = (KvView { data: mem, stride: 2 * d, offset: 0 }, KvView { data: mem, stride: 2 * d, offset: d });
+            let q = &query[r * d..(r + 1) * d];
+            let o = &mut out[r * d..(r + 1) * d];
+            match order {
+                // One query row per product (Marian keeps the beams apart): no peeled keys.
+                FloatOrder::Marian => attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scores, o),
+                FloatOrder::Ctranslate2 => {
+                    attend_row_padded(q, keys, values, len, padded, heads, head_dim, scale, single_query, &mut scores, o)
+                }
+            }
+        }
+    }
+
+    fn ssru(&self, cells: &mut Vec<f32>, input: &Vec<f32>, forget: &Vec<f32>, out: &mut Vec<f32>) {
+        ops::ssru_update(cells, input, forget, out);
+    }
+
+    fn running_average(&self, average: &mut Vec<f32>, x: &Vec<f32>, step: usize) {
+        let t = step as f32;
+        for (g, &v) in average.iter_mut().zip(x) {
+            *g = if step == 0 { v } else { (*g * t + v) / (t + 1.0) };
+        }
+    }
+
+    fn gate(&self, y: &mut Vec<f32>, x: &Vec<f32>, input_gate: &Vec<f32>, forget_gate: &Vec<f32>) {
+        for (((v, &xi), &gi), &gf) in y.iter_mut().zip(x).zip(input_gate).zip(forget_gate) {
+            let (gi, gf) = (1.0 / (1.0 + (-gi).exp()), 1.0 / (1.0 + (-gf).exp()));
+            *v = gi * xi + gf * *v;
+        }
+    }
+
+    fn reorder_rows(&self, x: &mut Vec<f32>, dim: usize, sources: &[usize]) {
+        *x = sources.iter().flat_map(|&s| x[s * dim..(s + 1) * dim].iter().copied()).collect();
+    }
+
+    fn logits_to_host(&self, logits: &mut Vec<f32>, host: &mut Vec<f32>) {
+        // Already on the host: hand the buffer over instead of copying it.
+        std::mem::swap(logits, host);
+    }
+}
+
+/// Adds the sinusoidal encoding of `position` to one row: `[sin | cos]` halves with the
+/// frequency step `ln(10000) / (d/2 - 1)`.
+fn add_sinusoid(x: &mut [f32], position: usize) {
+    let half = x.len() / 2;
+    let increment = 10000f32.ln() / (half - 1) as f32;
+    let p = position as f32;
+    for j in 0..half {
+        let timescale = (-increment * j as f32).exp();
+        let t = p * timescale;
+        x[j] += t.sin();
+        x[half + j] += t.cos();
+    }
+}
