@@ -9,6 +9,7 @@
 //! its choice, named here so that models and formats can say what they hold without
 //! knowing any kernel.
 pub mod cpu;
+pub mod cuda;
 
 use std::sync::Arc;
 
