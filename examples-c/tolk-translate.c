@@ -44,6 +44,9 @@ static void usage(FILE *out) {
             "                           in the model package)\n"
             "  --target-spm FILE        text mode: target SentencePiece model\n"
             "  --compute-type T         default|auto|float32|int8|int16 (default: as saved)\n"
+            "  --device D               auto|cpu|cuda (default auto: a usable CUDA GPU,\n"
+            "                           else the CPU)\n"
+            "  --device-index N         which GPU (default 0)\n"
             "  --beam N                 beam size, 1 = greedy (default 2, or the package's)\n"
             "  --n-best N               hypotheses per sentence, one line each, best first\n"
             "                           (default 1; at most the beam size)\n"
@@ -58,7 +61,7 @@ static void usage(FILE *out) {
             "  --scores                 prefix each line with its score and \" ||| \"\n"
             "                           (text mode: the sentence scores, comma-separated)\n"
             "  --progress               print \"DONE/TOTAL\" sentences to stderr after each batch\n"
-            "  --verbose                print the library version and CPU kernel path\n"
+            "  --verbose                print the library version, the model and the device\n"
             "  --help                   show this help\n");
 }
 
@@ -125,7 +128,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         else if (!strcmp(a, "--intra-threads")) number = &cli->translator.intra_threads;
         else if (!strcmp(a, "--max-decoding-length")) number = &cli->translate.max_decoding_length;
         else if (!strcmp(a, "--max-sentence-tokens")) number = &cli->text.max_sentence_tokens;
-        else if (strcmp(a, "--model") && strcmp(a, "--compute-type") && strcmp(a, "--batch-type") &&
+        else if (!strcmp(a, "--device-index")) number = &cli->model.device_index;
+        else if (strcmp(a, "--model") && strcmp(a, "--compute-type") && strcmp(a, "--device") && strcmp(a, "--batch-type") &&
                  strcmp(a, "--length-penalty") && strcmp(a, "--split") && strcmp(a, "--source-spm") &&
                  strcmp(a, "--target-spm")) {
             fprintf(stderr, "tolk-translate: unknown option %s (see --help)\n", a);
@@ -145,6 +149,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             cli->model_dir = v;
         } else if (!strcmp(a, "--compute-type")) {
             cli->model.compute_type = v; /* the library validates it */
+        } else if (!strcmp(a, "--device")) {
+            cli->model.device = v; /* the library validates it */
         } else if (!strcmp(a, "--source-spm")) {
             cli->model.source_tokenizer = v;
         } else if (!strcmp(a, "--target-spm")) {
@@ -369,7 +375,8 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (cli.verbose)
-        fprintf(stderr, "model: %s\ncompute type: %s\n", tolk_model_description(model), tolk_model_compute_type(model));
+        fprintf(stderr, "model: %s\ncompute type: %s\ndevice: %s\n", tolk_model_description(model),
+                tolk_model_compute_type(model), tolk_model_device_name(model));
     /* The model package's decoding settings (a Marian package's beam size, length factor,
        mini-batch, ...), then what the command line set. */
     TolkTranslateOptions options = tolk_translate_options_default();

@@ -633,6 +633,61 @@ static void test_progress_threads(TolkModel *model) {
     tolk_translator_free(translator);
 }
 
+/* Devices: "cpu" runs on the CPU; "auto" takes a usable GPU or the CPU and says which,
+   with the CPU's exact output; "cuda" without a usable GPU is a clean error. */
+static void test_devices(void) {
+    TolkModelOptions mo = tolk_model_options_default();
+    mo.device = "cpu";
+    TolkModel *cpu = NULL;
+    CHECK_STATUS(tolk_model_load_with_options(MODEL_DIR, &mo, &cpu), TOLK_OK);
+    CHECK(!strcmp(tolk_model_device(cpu), "cpu"));
+    CHECK(!strncmp(tolk_model_device_name(cpu), "cpu (", 5));
+    CHECK(tolk_model_device(NULL) == NULL && tolk_model_device_name(NULL) == NULL);
+
+    TolkModel *model = NULL;
+    CHECK_STATUS(tolk_model_load_with_options(MODEL_DIR, NULL, &model), TOLK_OK); /* auto */
+    const char *device = tolk_model_device(model);
+    CHECK(!strcmp(device, "cpu") || !strcmp(device, "cuda"));
+    if (!strcmp(device, "cpu")) {
+        TolkTranslator *a = new_translator(cpu, 1), *b = new_translator(model, 1);
+        TolkResult *ra = NULL, *rb = NULL;
+        CHECK_STATUS(tolk_translate_batch(a, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, NULL, &ra), TOLK_OK);
+        CHECK_STATUS(tolk_translate_batch(b, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, NULL, &rb), TOLK_OK);
+        for (size_t i = 0; i < BATCH_SIZE; i++) {
+            char x[512], y[512];
+            describe(ra, i, 0, x, sizeof x);
+            describe(rb, i, 0, y, sizeof y);
+            CHECK(!strcmp(x, y));
+        }
+        tolk_result_free(ra);
+        tolk_result_free(rb);
+        tolk_translator_free(a);
+        tolk_translator_free(b);
+    }
+    tolk_model_free(model);
+
+    mo.device = "cuda";
+    model = (TolkModel *)&model;
+    TolkStatus s = tolk_model_load_with_options(MODEL_DIR, &mo, &model);
+    if (s == TOLK_OK) {
+        CHECK(!strcmp(tolk_model_device(model), "cuda"));
+        tolk_model_free(model);
+    } else {
+        printf("no GPU: device \"cuda\" refused: %s\n", tolk_last_error());
+        CHECK(s == TOLK_ERROR_UNSUPPORTED && model == NULL);
+        CHECK(strstr(tolk_last_error(), "cuda") != NULL);
+        /* A translator asking for the GPU on a CPU model is refused the same way. */
+        TolkTranslatorOptions to = tolk_translator_options_default();
+        to.device = "cuda";
+        TolkTranslator *t = (TolkTranslator *)&t;
+        CHECK_STATUS(tolk_translator_new(cpu, &to, &t), TOLK_ERROR_UNSUPPORTED);
+        CHECK(t == NULL);
+    }
+    mo.device = "tpu";
+    CHECK_STATUS(tolk_model_load_with_options(MODEL_DIR, &mo, &model), TOLK_ERROR_INVALID_ARGUMENT);
+    tolk_model_free(cpu);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: api_test MODEL_DIR\n");
@@ -647,6 +702,7 @@ int main(int argc, char **argv) {
     if (model == NULL) return finish("api_test");
     test_null_pointers(model);
     test_bad_options(model);
+    test_devices();
     test_translate(model);
     test_struct_size_versioning(model);
     test_progress(model);

@@ -169,6 +169,16 @@ typedef struct TolkModelOptions {
    * generic rules.
    */
   const char *target_tokenizer;
+  /**
+   * Where the model runs: "auto" (NULL: a usable CUDA GPU, else the CPU), "cpu" or
+   * "cuda" (an error when no GPU is usable, saying why). tolk_model_device() tells
+   * which was chosen.
+   */
+  const char *device;
+  /**
+   * Which GPU (0 = the first).
+   */
+  uint32_t device_index;
 } TolkModelOptions;
 
 /**
@@ -180,7 +190,8 @@ typedef struct TolkTranslatorOptions {
    */
   uint32_t struct_size;
   /**
-   * "cpu" (NULL = "cpu").
+   * "auto", "cpu" or "cuda"; NULL = the model's device. Another device than the
+   * model's loads a copy of the weights there.
    */
   const char *device;
   /**
@@ -193,6 +204,10 @@ typedef struct TolkTranslatorOptions {
    * Threads used inside one translation (0 = 1).
    */
   uint32_t intra_threads;
+  /**
+   * Which GPU with `device` "cuda" or "auto" (0 = the first).
+   */
+  uint32_t device_index;
 } TolkTranslatorOptions;
 
 /**
@@ -411,6 +426,24 @@ const char *tolk_model_compute_type(const struct TolkModel *model);
 const char *tolk_model_description(const struct TolkModel *model);
 
 /**
+ * The kind of device the model runs on: "cpu" or "cuda" (static string; NULL for a NULL
+ * model). With device "auto" this says what was found.
+ *
+ * # Safety
+ * `model` must be NULL or a live model.
+ */
+const char *tolk_model_device(const struct TolkModel *model);
+
+/**
+ * The device the model runs on, for people: "cpu (avx2)" or "cuda:0 (NVIDIA H100 80GB
+ * HBM3)". Owned by the model (valid until tolk_model_free); NULL for a NULL model.
+ *
+ * # Safety
+ * `model` must be NULL or a live model.
+ */
+const char *tolk_model_device_name(const struct TolkModel *model);
+
+/**
  * Releases a model. Translators created from it stay valid (they share the model).
  *
  * # Safety
@@ -419,7 +452,7 @@ const char *tolk_model_description(const struct TolkModel *model);
 void tolk_model_free(struct TolkModel *model);
 
 /**
- * Default translator settings (device "cpu", compute type "default", 1 thread).
+ * Default translator settings (the model's device and compute type, 1 thread).
  */
 struct TolkTranslatorOptions tolk_translator_options_default(void);
 

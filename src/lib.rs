@@ -3,7 +3,8 @@
 //! The crate is organized by layer of the architecture:
 //! - [`format`](mod@format): readers for model files (CTranslate2 directories);
 //! - [`model`]: immutable layers built from weights (Transformer encoder and decoder);
-//! - [`backend`]: compute kernels (CPU float32);
+//! - [`backend`]: the compute-backend interface and its implementations (CPU kernels per
+//!   ISA; CUDA, found at run time);
 //! - [`decode`]: greedy and beam search;
 //! - [`translator`]: batching, options and results;
 //! - [`text`]: SentencePiece, a package's tokenizers, sentence splitting, text translation;
@@ -34,7 +35,7 @@ pub mod translator;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use backend::ComputeType;
+pub use backend::{ComputeType, Device, DeviceRequest};
 use format::package::ModelPackage;
 pub use error::{Error, ErrorKind, Result};
 pub use text::{SplitMode, TextOptions, TextTranslation, Tokenizer, TokenizerFiles};
@@ -45,6 +46,7 @@ pub use translator::{BatchType, TranslateOptions, TranslationResult};
 pub struct Model {
     inner: Arc<dyn model::TranslationModel>,
     package: Arc<Package>,
+    device: Device,
 }
 
 /// The model package around the weights: where it is and its tokenizer (or why there is
@@ -77,6 +79,10 @@ impl Package {
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     pub compute_type: ComputeType,
+    /// Where the model runs: `Auto` (a usable CUDA GPU, else the CPU), `Cpu` or `Cuda`.
+    pub device: DeviceRequest,
+    /// Which GPU (0 = the first).
+    pub device_index: usize,
     /// SentencePiece model of the source side; `None` = the package's
     /// ([`TokenizerFiles::find`]).
     pub source_tokenizer: Option<PathBuf>,
@@ -103,7 +109,8 @@ impl Model {
     pub fn load_with_options(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
         let package = ModelPackage::detect(path)?;
-        let inner = load_family(&package, options.compute_type)?;
+        let device = Device::select(options.device, options.device_index)?;
+        let inner = load_family(&package, options.compute_type, &device)?;
         // Named files override what the package has, side by side; a package file that
         // does not load leaves the model without a tokenizer (token translation still works)
         // and the reason for translate_text's error.
@@ -128,7 +135,7 @@ impl Model {
                 Err(e) => (None, Some(e.message)),
             };
         let package = Package { path: path.to_path_buf(), tokenizer, tokenizer_problem };
-        Ok(Model { inner, package: Arc::new(package) })
+        Ok(Model { inner, package: Arc::new(package), device })
     }
 
     /// The tokenizer found in (or given for) the package, if any: needed for text translation.
@@ -141,22 +148,34 @@ impl Model {
         self.inner.compute_type()
     }
 
+    /// The device the model's weights live on and its translations run on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// The model behind the family-neutral interface (vocabularies, special tokens, ...).
     pub fn translation_model(&self) -> &dyn model::TranslationModel {
         self.inner.as_ref()
     }
 }
 
-/// Loads a model of the family its files say it is.
-fn load_family(package: &ModelPackage, compute_type: ComputeType) -> Result<Arc<dyn model::TranslationModel>> {
-    let backend = backend::cpu::CpuBackend;
+/// Loads a model of the family its files say it is, on `device`.
+fn load_family(package: &ModelPackage, compute_type: ComputeType, device: &Device) -> Result<Arc<dyn model::TranslationModel>> {
+    match device {
+        Device::Cpu => load_on(package, &backend::cpu::CpuBackend, compute_type),
+        Device::Cuda(info) => Err(Error::unsupported(format!("CUDA device {} has no backend yet", info.index))),
+    }
+}
+
+/// Loads a model of the family its files say it is, its layers held by `backend`.
+fn load_on<B: backend::Backend>(package: &ModelPackage, backend: &B, compute_type: ComputeType) -> Result<Arc<dyn model::TranslationModel>> {
     Ok(match package {
-        ModelPackage::Ct2 { dir } => Arc::new(model::TransformerModel::load(dir, &backend, compute_type)?),
+        ModelPackage::Ct2 { dir } => Arc::new(model::TransformerModel::load(dir, backend, compute_type)?),
         ModelPackage::Marian(m) => {
             let (source, target) = m.vocabulary_files();
             let source_vocabulary = marian_vocabulary(source)?;
             let target_vocabulary = if source == target { source_vocabulary.clone() } else { marian_vocabulary(target)? };
-            Arc::new(model::marian::MarianModel::load(m, &backend, compute_type, source_vocabulary, target_vocabulary)?)
+            Arc::new(model::marian::MarianModel::load(m, backend, compute_type, source_vocabulary, target_vocabulary)?)
         }
     })
 }
@@ -190,8 +209,11 @@ fn marian_vocabulary(path: &Path) -> Result<format::ct2::Vocabulary> {
 /// Settings of a translator.
 #[derive(Debug, Clone)]
 pub struct TranslatorConfig {
-    /// Only "cpu" for now.
-    pub device: String,
+    /// Where the translator runs; `None` = the model's device. Another device loads the
+    /// weights again there.
+    pub device: Option<DeviceRequest>,
+    /// Which GPU with `device` (`None` = the model's, else 0).
+    pub device_index: Option<usize>,
     pub compute_type: ComputeType,
     /// Threads used inside one translation (matrix products); 0 or 1 = one thread.
     pub intra_threads: usize,
@@ -199,7 +221,7 @@ pub struct TranslatorConfig {
 
 impl Default for TranslatorConfig {
     fn default() -> Self {
-        TranslatorConfig { device: "cpu".into(), compute_type: ComputeType::Default, intra_threads: 1 }
+        TranslatorConfig { device: None, device_index: None, compute_type: ComputeType::Default, intra_threads: 1 }
     }
 }
 
@@ -211,17 +233,22 @@ pub struct Translator {
 
 impl Translator {
     pub fn with_config(model: &Model, config: &TranslatorConfig) -> Result<Translator> {
-        match config.device.as_str() {
-            "cpu" => {}
-            "cuda" | "gpu" => return Err(Error::unsupported("the CUDA backend is not available yet; use device \"cpu\"")),
-            other => return Err(Error::invalid_argument(format!("unknown device {other:?} (expected \"cpu\")"))),
-        }
-        // A compute type other than the model's loads the weights again, converted.
+        let model_index = match &model.device {
+            Device::Cuda(info) => info.index,
+            Device::Cpu => 0,
+        };
+        let device = match config.device {
+            None => model.device.clone(),
+            Some(request) => Device::select(request, config.device_index.unwrap_or(model_index))?,
+        };
+        // A compute type or device other than the model's loads the weights again, converted.
         let resolved = config.compute_type.resolve(model.inner.saved_precision());
-        let weights = if config.compute_type == ComputeType::Default || resolved == model.compute_type() {
+        let same_type = config.compute_type == ComputeType::Default || resolved == model.compute_type();
+        let weights = if same_type && device.same_as(&model.device) {
             Arc::clone(&model.inner)
         } else {
-            load_family(&ModelPackage::detect(&model.package.path)?, resolved)?
+            let compute_type = if same_type { model.compute_type() } else { resolved };
+            load_family(&ModelPackage::detect(&model.package.path)?, compute_type, &device)?
         };
         Ok(Translator {
             inner: translator::Translator::new(weights, config.intra_threads)?,

@@ -124,6 +124,8 @@ class TolkModelOptions(ctypes.Structure):
         ("compute_type", ctypes.c_char_p),
         ("source_tokenizer", ctypes.c_char_p),
         ("target_tokenizer", ctypes.c_char_p),
+        ("device", ctypes.c_char_p),
+        ("device_index", ctypes.c_uint32),
     ]
 
 
@@ -136,6 +138,7 @@ class TolkTranslatorOptions(ctypes.Structure):
         ("device", ctypes.c_char_p),
         ("compute_type", ctypes.c_char_p),
         ("intra_threads", ctypes.c_uint32),
+        ("device_index", ctypes.c_uint32),
     ]
 
 
@@ -271,6 +274,8 @@ def _declare(lib):
     fn("tolk_model_load_with_options", _Status, ctypes.c_char_p, ctypes.POINTER(_ModelOptions), ctypes.POINTER(_ModelP))
     fn("tolk_model_compute_type", ctypes.c_char_p, _ModelP)
     fn("tolk_model_description", ctypes.c_char_p, _ModelP)
+    fn("tolk_model_device", ctypes.c_char_p, _ModelP)
+    fn("tolk_model_device_name", ctypes.c_char_p, _ModelP)
     fn("tolk_model_free", None, _ModelP)
 
     fn("tolk_translator_options_default", TolkTranslatorOptions)
@@ -484,9 +489,13 @@ class Model:
         compute_type: str = "default",
         source_tokenizer: Optional[str] = None,
         target_tokenizer: Optional[str] = None,
+        device: str = "auto",
+        device_index: int = 0,
     ):
         """Loads ``path`` with the weights converted for ``compute_type`` ("default":
-        as saved; "auto", "float32", "int8", "int16").
+        as saved; "auto", "float32", "int8", "int16") on ``device``: "auto" (a usable
+        CUDA GPU, else the CPU; :attr:`device` says which), "cpu" or "cuda" (an error
+        saying why when no GPU is usable); ``device_index`` picks the GPU.
 
         ``source_tokenizer`` / ``target_tokenizer`` are paths of SentencePiece models
         for :meth:`Translator.translate_text`; ``None`` looks in the model package
@@ -507,6 +516,9 @@ class Model:
         opts.compute_type = compute_b
         opts.source_tokenizer = source_b
         opts.target_tokenizer = target_b
+        device_b = device.encode("utf-8") if device is not None else None
+        opts.device = device_b
+        opts.device_index = int(device_index)
         status = self._lib.tolk_model_load_with_options(self.path.encode("utf-8"), ctypes.byref(opts), ctypes.byref(out))
         _check(self._lib, status)
         if not out:
@@ -526,6 +538,16 @@ class Model:
     def description(self) -> str:
         """What the model is, e.g. "Marian transformer (SSRU decoder, ...)"."""
         return self._lib.tolk_model_description(self._ptr).decode("utf-8")
+
+    @property
+    def device(self) -> str:
+        """Where the model runs: "cpu" or "cuda"."""
+        return self._lib.tolk_model_device(self._ptr).decode("ascii")
+
+    @property
+    def device_name(self) -> str:
+        """Where the model runs, for people: "cpu (avx2)", "cuda:0 (NVIDIA H100 ...)"."""
+        return self._lib.tolk_model_device_name(self._ptr).decode("utf-8")
 
     def close(self):
         ptr, self._ptr = self._ptr, None
@@ -679,13 +701,17 @@ class Translator:
         model,
         compute_type: str = "default",
         intra_threads: int = 1,
-        device: str = "cpu",
+        device: Optional[str] = None,
         source_tokenizer: Optional[str] = None,
         target_tokenizer: Optional[str] = None,
+        device_index: int = 0,
     ):
         """``model`` is a :class:`Model` or, as in ``ctranslate2.Translator``, a model
-        directory (then loaded with ``compute_type``, ``source_tokenizer`` and
-        ``target_tokenizer`` -- see :class:`Model` -- and owned by this translator).
+        directory (then loaded with ``compute_type``, ``device`` (None = "auto"),
+        ``device_index``, ``source_tokenizer`` and ``target_tokenizer`` -- see
+        :class:`Model` -- and owned by this translator).  With a :class:`Model`,
+        ``device`` None runs where the model is; another device loads a copy of the
+        weights there.
         The tokenizers belong to the model: pass them to :class:`Model` when you load
         it yourself."""
         self._lib = _get_lib()
@@ -696,7 +722,10 @@ class Translator:
                 compute_type=compute_type,
                 source_tokenizer=source_tokenizer,
                 target_tokenizer=target_tokenizer,
+                device=device if device is not None else "auto",
+                device_index=device_index,
             )
+            device = None  # the model is already there
         elif source_tokenizer is not None or target_tokenizer is not None:
             raise ValueError(
                 "source_tokenizer/target_tokenizer are read when a model is loaded: pass them "
@@ -714,6 +743,7 @@ class Translator:
         opts.device = self._device_b
         opts.compute_type = self._compute_b
         opts.intra_threads = int(intra_threads)
+        opts.device_index = int(device_index)
         out = _TranslatorP()
         status = self._lib.tolk_translator_new(model._ptr, ctypes.byref(opts), ctypes.byref(out))
         _check(self._lib, status)

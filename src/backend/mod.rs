@@ -267,3 +267,72 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Hands the logits over to the host (decoding runs there).
     fn logits_to_host(&self, logits: &mut Self::Buffer, host: &mut Vec<f32>);
 }
+
+/// The device a model is asked to run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceRequest {
+    /// A usable CUDA GPU when there is one, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    /// A CUDA GPU, or an error saying why none is usable.
+    Cuda,
+}
+
+impl DeviceRequest {
+    pub fn parse(name: &str) -> Result<DeviceRequest> {
+        match name {
+            "auto" => Ok(DeviceRequest::Auto),
+            "cpu" => Ok(DeviceRequest::Cpu),
+            "cuda" | "gpu" => Ok(DeviceRequest::Cuda),
+            other => Err(Error::invalid_argument(format!("unknown device {other:?} (expected \"auto\", \"cpu\" or \"cuda\")"))),
+        }
+    }
+}
+
+/// The device a model runs on.
+#[derive(Debug, Clone)]
+pub enum Device {
+    Cpu,
+    Cuda(cuda::DeviceInfo),
+}
+
+impl Device {
+    /// Resolves a request: `Auto` takes GPU `index` when the CUDA probe finds it usable
+    /// (driver, cuBLAS, NVRTC, a device, compiled kernels), else the CPU; `Cuda` fails
+    /// with the probe's reason.
+    pub fn select(request: DeviceRequest, index: usize) -> Result<Device> {
+        match request {
+            DeviceRequest::Cpu => Ok(Device::Cpu),
+            DeviceRequest::Auto => Ok(cuda::probe(index).map(Device::Cuda).unwrap_or(Device::Cpu)),
+            DeviceRequest::Cuda => cuda::probe(index)
+                .map(Device::Cuda)
+                .map_err(|e| Error::new(e.kind, format!("device \"cuda\" is not usable: {}", e.message))),
+        }
+    }
+
+    /// "cpu" or "cuda".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Cuda(_) => "cuda",
+        }
+    }
+
+    /// For logs and `--verbose`: "cpu (avx512vnni)", "cuda:0 (NVIDIA H100 80GB HBM3)".
+    pub fn description(&self) -> String {
+        match self {
+            Device::Cpu => format!("cpu ({})", cpu::isa::current().name()),
+            Device::Cuda(info) => format!("cuda:{} ({})", info.index, info.name),
+        }
+    }
+
+    /// Whether two devices are the same one.
+    pub fn same_as(&self, other: &Device) -> bool {
+        match (self, other) {
+            (Device::Cpu, Device::Cpu) => true,
+            (Device::Cuda(a), Device::Cuda(b)) => a.index == b.index,
+            _ => false,
+        }
+    }
+}

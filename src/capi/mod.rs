@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 use crate::error::{Error, ErrorKind};
-use crate::{BatchType, ComputeType, LoadOptions, Model, TranslateOptions, Translator, TranslatorConfig};
+use crate::{BatchType, ComputeType, Device, DeviceRequest, LoadOptions, Model, TranslateOptions, Translator, TranslatorConfig};
 
 /// Version of the C ABI described by this header; bumped on incompatible changes.
 pub const TOLK_ABI_VERSION: u32 = 1;
@@ -52,6 +52,8 @@ pub struct TolkModel {
     model: Model,
     /// What the model is, for tolk_model_description.
     description: CString,
+    /// Where it runs, for tolk_model_device_name.
+    device_name: CString,
 }
 
 /// A translator (opaque). May be used from several threads at once.
@@ -85,6 +87,12 @@ pub struct TolkModelOptions {
     /// it knows the target vocabulary, else target pieces are joined by SentencePiece's
     /// generic rules.
     pub target_tokenizer: *const c_char,
+    /// Where the model runs: "auto" (NULL: a usable CUDA GPU, else the CPU), "cpu" or
+    /// "cuda" (an error when no GPU is usable, saying why). tolk_model_device() tells
+    /// which was chosen.
+    pub device: *const c_char,
+    /// Which GPU (0 = the first).
+    pub device_index: u32,
 }
 
 /// The result of a batch translation (opaque, immutable).
@@ -98,7 +106,8 @@ pub struct TolkResult {
 pub struct TolkTranslatorOptions {
     /// sizeof(TolkTranslatorOptions), set by the _default() function (ABI versioning).
     pub struct_size: u32,
-    /// "cpu" (NULL = "cpu").
+    /// "auto", "cpu" or "cuda"; NULL = the model's device. Another device than the
+    /// model's loads a copy of the weights there.
     pub device: *const c_char,
     /// "default" (the model's, NULL), "auto", "float32", "int8" (= "int8_float32") or
     /// "int16". A type other than the model's loads a converted copy of the weights: to
@@ -106,6 +115,8 @@ pub struct TolkTranslatorOptions {
     pub compute_type: *const c_char,
     /// Threads used inside one translation (0 = 1).
     pub intra_threads: u32,
+    /// Which GPU with `device` "cuda" or "auto" (0 = the first).
+    pub device_index: u32,
 }
 
 /// Options of one translation call; defaults are CTranslate2's translate_batch defaults.
@@ -263,8 +274,8 @@ macro_rules! versioned {
 
 pub(crate) use versioned;
 
-versioned!(TolkModelOptions { struct_size, compute_type, source_tokenizer, target_tokenizer });
-versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_threads });
+versioned!(TolkModelOptions { struct_size, compute_type, source_tokenizer, target_tokenizer, device, device_index });
+versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_threads, device_index });
 versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
@@ -376,6 +387,8 @@ pub extern "C" fn tolk_model_options_default() -> TolkModelOptions {
         compute_type: ptr::null(),
         source_tokenizer: ptr::null(),
         target_tokenizer: ptr::null(),
+        device: ptr::null(),
+        device_index: 0,
     }
 }
 
@@ -404,10 +417,14 @@ pub unsafe extern "C" fn tolk_model_load_with_options(
             compute_type: ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?,
             source_tokenizer: path_of(opts.source_tokenizer, "source_tokenizer")?,
             target_tokenizer: path_of(opts.target_tokenizer, "target_tokenizer")?,
+            device: DeviceRequest::parse(opt_str(opts.device, "device")?.unwrap_or("auto"))?,
+            device_index: opts.device_index as usize,
         };
         let model = Model::load_with_options(path, &load)?;
-        let description = CString::new(model.translation_model().description().replace('\0', " ")).unwrap_or_default();
-        *out = Box::into_raw(Box::new(TolkModel { model, description }));
+        let c_string = |s: String| CString::new(s.replace('\0', " ")).unwrap_or_default();
+        let description = c_string(model.translation_model().description());
+        let device_name = c_string(model.device().description());
+        *out = Box::into_raw(Box::new(TolkModel { model, description, device_name }));
         Ok(())
     })
 }
@@ -443,6 +460,35 @@ pub unsafe extern "C" fn tolk_model_description(model: *const TolkModel) -> *con
     (*model).description.as_ptr()
 }
 
+/// The kind of device the model runs on: "cpu" or "cuda" (static string; NULL for a NULL
+/// model). With device "auto" this says what was found.
+///
+/// # Safety
+/// `model` must be NULL or a live model.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_model_device(model: *const TolkModel) -> *const c_char {
+    if model.is_null() {
+        return ptr::null();
+    }
+    match (*model).model.device() {
+        Device::Cpu => c"cpu".as_ptr(),
+        Device::Cuda(_) => c"cuda".as_ptr(),
+    }
+}
+
+/// The device the model runs on, for people: "cpu (avx2)" or "cuda:0 (NVIDIA H100 80GB
+/// HBM3)". Owned by the model (valid until tolk_model_free); NULL for a NULL model.
+///
+/// # Safety
+/// `model` must be NULL or a live model.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_model_device_name(model: *const TolkModel) -> *const c_char {
+    if model.is_null() {
+        return ptr::null();
+    }
+    (*model).device_name.as_ptr()
+}
+
 /// Releases a model. Translators created from it stay valid (they share the model).
 ///
 /// # Safety
@@ -454,7 +500,7 @@ pub unsafe extern "C" fn tolk_model_free(model: *mut TolkModel) {
     }
 }
 
-/// Default translator settings (device "cpu", compute type "default", 1 thread).
+/// Default translator settings (the model's device and compute type, 1 thread).
 #[no_mangle]
 pub extern "C" fn tolk_translator_options_default() -> TolkTranslatorOptions {
     TolkTranslatorOptions {
@@ -462,6 +508,7 @@ pub extern "C" fn tolk_translator_options_default() -> TolkTranslatorOptions {
         device: ptr::null(),
         compute_type: ptr::null(),
         intra_threads: 0,
+        device_index: 0,
     }
 }
 
@@ -482,12 +529,13 @@ pub unsafe extern "C" fn tolk_translator_new(
         let model = &*non_null(model, "model")?;
         let defaults = tolk_translator_options_default();
         let opts = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
-        let device = opt_str(opts.device, "device")?.unwrap_or("cpu");
+        let device = opt_str(opts.device, "device")?.map(DeviceRequest::parse).transpose()?;
         let compute_type = ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?;
         if opts.intra_threads > 1024 {
             return Err(Error::invalid_argument(format!("intra_threads {} is too large", opts.intra_threads)).into());
         }
-        let config = TranslatorConfig { device: device.to_string(), compute_type, intra_threads: opts.intra_threads as usize };
+        let device_index = device.map(|_| opts.device_index as usize);
+        let config = TranslatorConfig { device, device_index, compute_type, intra_threads: opts.intra_threads as usize };
         let translator = Translator::with_config(&model.model, &config)?;
         *out = Box::into_raw(Box::new(TolkTranslator { translator }));
         Ok(())

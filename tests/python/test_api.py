@@ -753,3 +753,28 @@ def test_translate_tokens_example(tolk, random_models, tolk_translators):
         input="a b\n", capture_output=True, text=True, timeout=120,
     )
     assert bad.returncode == 1 and "error:" in bad.stderr
+
+
+def test_devices(tolk, sinusoid):
+    """"cpu" runs on the CPU; "auto" (the default) takes a usable GPU, else the CPU with the
+    same output; "cuda" without a usable GPU is a clear error, never a crash."""
+    source = [["a", "b", "c"], ["m", "n"]]
+    with tolk.Model(sinusoid.path, device="cpu") as cpu:
+        assert cpu.device == "cpu" and cpu.device_name.startswith("cpu (")
+        with tolk.Translator(cpu) as t:
+            expected = [r.hypotheses[0] for r in t.translate_batch(source)]
+    with tolk.Model(sinusoid.path) as auto:
+        assert auto.device in ("cpu", "cuda")
+        if auto.device == "cpu":
+            with tolk.Translator(auto) as t:
+                assert [r.hypotheses[0] for r in t.translate_batch(source)] == expected
+    try:
+        gpu = tolk.Model(sinusoid.path, device="cuda")
+    except tolk.TolkError as e:
+        print("no GPU:", e.message)
+        assert e.status == tolk.Status.ERROR_UNSUPPORTED and "cuda" in e.message
+    else:
+        with gpu:
+            assert gpu.device == "cuda" and gpu.device_name.startswith("cuda:")
+    with pytest.raises(tolk.TolkError):
+        tolk.Model(sinusoid.path, device="tpu")
