@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need (pip, npm), then Rust unit tests, C tests
+# The test command: installs what the tests need (pip, npm), then Rust unit tests (the CUDA
+# kernels compiled by NVRTC included; the GPU checks are ffi-tests/gpu.sh), C tests
 # against include/tolk.h (under valgrind when available), the C example, and the Python
 # tests against the oracles (CTranslate2, the Bergamot engine, numpy references).
 # Models: $TOLK_MODELS (default models/, filled by scripts/fetch_models.sh, or ../shared/models).
@@ -21,6 +22,14 @@ if command -v npm >/dev/null 2>&1; then
     npm install --silent --no-audit --no-fund --prefix .cache/bergamot-node "@browsermt/bergamot-translator@0.4.9"
 else
     echo "npm not found: the Bergamot oracle test will be skipped" >&2
+fi
+
+echo "== NVRTC (pip), so that a test compiles the CUDA kernels even where there is no GPU"
+if python3 -m pip install -q --disable-pip-version-check nvidia-cuda-nvrtc-cu12; then
+    NVRTC_LIB="$(python3 -c 'import nvidia.cuda_nvrtc as m; print(m.__path__[0])')/lib"
+    export LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+    echo "nvidia-cuda-nvrtc-cu12 not installed: the CUDA kernel compilation test will say so and pass" >&2
 fi
 
 echo "== cargo build (release library, examples)"

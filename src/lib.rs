@@ -163,7 +163,20 @@ impl Model {
 fn load_family(package: &ModelPackage, compute_type: ComputeType, device: &Device) -> Result<Arc<dyn model::TranslationModel>> {
     match device {
         Device::Cpu => load_on(package, &backend::cpu::CpuBackend, compute_type),
-        Device::Cuda(info) => Err(Error::unsupported(format!("CUDA device {} has no backend yet", info.index))),
+        Device::Cuda(info) => {
+            // The CUDA backend computes in float32 (weights stored as int8/int16 are
+            // dequantized once when uploaded); integer products are the CPU's.
+            let compute_type = match compute_type {
+                ComputeType::Default | ComputeType::Auto | ComputeType::Float32 => ComputeType::Float32,
+                other => {
+                    return Err(Error::unsupported(format!(
+                        "compute type {} runs on the CPU only: the CUDA backend computes in float32",
+                        other.name()
+                    )))
+                }
+            };
+            load_on(package, &backend::cuda::CudaBackend::new(info.index)?, compute_type)
+        }
     }
 }
 
@@ -247,7 +260,12 @@ impl Translator {
         let weights = if same_type && device.same_as(&model.device) {
             Arc::clone(&model.inner)
         } else {
-            let compute_type = if same_type { model.compute_type() } else { resolved };
+            // "default" on another device lets that device choose (the GPU computes in float32).
+            let compute_type = match config.compute_type {
+                ComputeType::Default if !device.same_as(&model.device) => ComputeType::Default,
+                _ if same_type => model.compute_type(),
+                _ => resolved,
+            };
             load_family(&ModelPackage::detect(&model.package.path)?, compute_type, &device)?
         };
         Ok(Translator {

@@ -4,6 +4,7 @@ import ctypes
 import math
 import os
 import shutil
+import sys
 import threading
 
 import pytest
@@ -778,3 +779,43 @@ def test_devices(tolk, sinusoid):
             assert gpu.device == "cuda" and gpu.device_name.startswith("cuda:")
     with pytest.raises(tolk.TolkError):
         tolk.Model(sinusoid.path, device="tpu")
+
+
+FAKE_DRIVER = r"""
+int cuInit(unsigned flags) { (void)flags; return 100; /* CUDA_ERROR_NO_DEVICE */ }
+int cuDeviceGetCount(int *count) { *count = 0; return 0; }
+"""
+
+
+def test_a_driver_without_a_usable_gpu_is_a_clean_error(tolk, sinusoid, tmp_path):
+    """A host whose libcuda.so cannot run anything (here a stub without the driver API's
+    symbols, as an old or broken driver): "cuda" is an error naming the problem, "auto"
+    runs on the CPU, and nothing is printed (no panic message leaks to the host's stderr)."""
+    import shutil
+    import subprocess
+    import textwrap
+
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "fake.c").write_text(FAKE_DRIVER)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so"), str(tmp_path / "fake.c")], check=True)
+    script = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, %r)
+        import tolk
+        try:
+            tolk.Model(%r, device="cuda")
+            print("loaded on cuda")
+        except tolk.TolkError as e:
+            print("error", e.status, e.message)
+        with tolk.Model(%r) as m:
+            print("auto", m.device)
+    """) % (os.path.dirname(tolk.__file__), sinusoid.path, sinusoid.path)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), RUST_BACKTRACE="1")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("error %d" % tolk.Status.ERROR_UNSUPPORTED) and "cuda" in lines[0], lines
+    assert lines[1] == "auto cpu", lines
+    assert "panicked" not in run.stderr and run.stderr.strip() == "", run.stderr

@@ -1,0 +1,635 @@
+//! [`Backend`] for [`CudaBackend`]: activations stay in device memory from the embeddings
+//! to the logits; token ids, positions and row indices go up as small `u32` arrays.
+use std::sync::Arc;
+
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::{Gemm, GemmConfig};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+
+use super::device::{check, Device};
+use super::kernels::{self, activation_code, MAX_SHARED_SCORES};
+use super::memory::{
+    dequantize_i16, dequantize_i8, grown_capacity, grown_steps, memory_rows, sequence_rows, to_i32, to_u32, DeviceBuffer, DeviceKvCache,
+    DeviceMatrix, DeviceVector,
+};
+use super::CudaBackend;
+
+/// Launches kernel `$name` of `$dev` with `$cfg` and the arguments (references that live
+/// until the launch returns), panicking with the kernel's name on failure.
+macro_rules! launch {
+    ($dev:expr, $name:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
+        let dev: &Device = $dev;
+        let mut builder = dev.stream.launch_builder(dev.function($name));
+        $( builder.arg($arg); )+
+        // SAFETY: the arguments match the kernel's parameters in `kernels.rs`, and every
+        // buffer holds what the launch shape reads and writes (checked by the caller).
+        check(unsafe { builder.launch($cfg) }, concat!("the ", $name, " kernel"));
+    }};
+}
+use crate::backend::{
+    Activation, AttentionShape, Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized, SequenceLayout,
+};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// Where the keys of one attention call are and how they are laid out (see the
+/// `attention` kernel).
+struct KeySource<'a> {
+    keys: CudaView<'a, f32>,
+    values: CudaView<'a, f32>,
+    stride: usize,
+    /// Per query row (start row, count), or `None` for row `r` at `r * base_stride` with
+    /// `const_len` keys.
+    rows: Option<(Vec<u32>, Vec<u32>)>,
+    base_stride: usize,
+    const_len: usize,
+}
+
+impl CudaBackend {
+    fn dev(&self) -> &Device {
+        &self.device
+    }
+
+    /// Makes the device's context current on this thread (copies and clears need it; the
+    /// allocations and launches of cudarc do it themselves).
+    fn bind(&self) {
+        check(self.dev().ctx.bind_to_thread(), "binding the CUDA context to this thread");
+    }
+
+    /// Makes `buf` hold `len` floats (contents undefined), growing its allocation when needed.
+    fn ensure(&self, buf: &mut DeviceBuffer, len: usize) {
+        let capacity = grown_capacity(buf.capacity(), len.max(1));
+        if capacity > buf.capacity() {
+            buf.data = None; // freed (stream-ordered) before the new allocation
+                             // SAFETY: the contents are undefined until written; every operation writes the
+                             // `len` floats it sizes before anything reads them.
+            buf.data = Some(check(unsafe { self.dev().stream.alloc::<f32>(capacity) }, "allocating device memory"));
+        }
+        buf.len = len;
+    }
+
+    /// A buffer holding `host` (tests, the smoke test, callers that bring their own data).
+    pub fn buffer_from_host(&self, host: &[f32]) -> DeviceBuffer {
+        let mut buf = DeviceBuffer::default();
+        self.ensure(&mut buf, host.len());
+        if !host.is_empty() {
+            self.bind();
+            check(self.dev().stream.memcpy_htod(host, &mut buf.slice_mut().slice_mut(..host.len())), "copying data to the device");
+        }
+        buf
+    }
+
+    fn alloc(&self, len: usize) -> CudaSlice<f32> {
+        // SAFETY: as in `ensure`: written before read.
+        check(unsafe { self.dev().stream.alloc::<f32>(len.max(1)) }, "allocating device memory")
+    }
+
+    fn upload_u32(&self, values: &[u32]) -> CudaSlice<u32> {
+        let values = if values.is_empty() { &[0][..] } else { values };
+        check(self.dev().stream.memcpy_stod(values), "copying indices to the device")
+    }
+
+    fn upload_indices(&self, values: &[usize], bound: usize, what: &str) -> CudaSlice<u32> {
+        if let Some(&bad) = values.iter().find(|&&v| v >= bound) {
+            panic!("CUDA backend: {what} {bad} out of range (0..{bound})");
+        }
+        self.upload_u32(&values.iter().map(|&v| to_u32(v)).collect::<Vec<_>>())
+    }
+
+    fn upload_f32(&self, values: &[f32]) -> Result<CudaSlice<f32>> {
+        let values = if values.is_empty() { &[0.0][..] } else { values };
+        self.dev().stream.memcpy_stod(values).map_err(|e| Error::unsupported(format!("could not upload a weight to the GPU: {e}")))
+    }
+
+    /// `dst[i * dst_stride ..][..len] = src[idx[i] * src_stride ..][..len] * scale` for
+    /// `i < n` (`idx[i] = i` without `idx`).
+    #[allow(clippy::too_many_arguments)]
+    fn gather_kernel(
+        &self,
+        dst: &mut CudaViewMut<'_, f32>,
+        dst_stride: usize,
+        src: &CudaView<'_, f32>,
+        src_stride: usize,
+        idx: Option<&CudaSlice<u32>>,
+        n: usize,
+        len: usize,
+        scale: f32,
+    ) {
+        if n == 0 || len == 0 {
+            return;
+        }
+        let dev = self.dev();
+        let chunks = len.div_ceil(kernels::ELEMENT_THREADS as usize).clamp(1, 64) as u32;
+        let cfg = LaunchConfig { grid_dim: (to_u32(n), chunks, 1), block_dim: (kernels::ELEMENT_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let (dst_stride, src_stride, use_idx, n, len) =
+            (to_i32(dst_stride), to_i32(src_stride), idx.is_some() as i32, to_i32(n), to_i32(len));
+        let idx = idx.unwrap_or(&dev.dummy_u32);
+        launch!(dev, "gather_rows", cfg, dst, &dst_stride, src, &src_stride, idx, &use_idx, &n, &len, &scale);
+    }
+
+    /// Runs the `attention` kernel for `rows` query rows (query `r` at `query[r * q_stride]`).
+    fn attention(
+        &self,
+        query: &CudaView<'_, f32>,
+        q_stride: usize,
+        keys: KeySource<'_>,
+        rows: usize,
+        shape: AttentionShape,
+        out: &mut DeviceBuffer,
+    ) {
+        let AttentionShape { num_heads: heads, dim: d, order: _ } = shape;
+        assert!(heads > 0 && d % heads == 0, "CUDA backend: model dimension {d} is not a multiple of {heads} heads");
+        self.ensure(out, rows * d);
+        if rows == 0 || d == 0 {
+            return;
+        }
+        let dev = self.dev();
+        let head_dim = d / heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let (max_len, arrays) = match &keys.rows {
+            Some((base, len)) => (len.iter().copied().max().unwrap_or(0) as usize, Some((self.upload_u32(base), self.upload_u32(len)))),
+            None => (keys.const_len, None),
+        };
+        let use_scratch = max_len > MAX_SHARED_SCORES;
+        let scratch = use_scratch.then(|| self.alloc(rows * heads * max_len));
+        let cfg = LaunchConfig {
+            grid_dim: (to_u32(rows), to_u32(heads), 1),
+            block_dim: (kernels::ROW_THREADS, 1, 1),
+            shared_mem_bytes: if use_scratch { 0 } else { to_u32(max_len.max(1) * 4) },
+        };
+        let (kv_base, kv_len) = arrays.as_ref().map_or((&dev.dummy_u32, &dev.dummy_u32), |(b, l)| (b, l));
+        let (q_stride, kv_stride, use_arrays) = (to_i32(q_stride), to_i32(keys.stride), arrays.is_some() as i32);
+        let (base_stride, const_len, d_i, hd) = (to_i32(keys.base_stride), to_i32(keys.const_len), to_i32(d), to_i32(head_dim));
+        let (use_scratch, scratch_stride) = (use_scratch as i32, to_i32(max_len));
+        let scratch = scratch.as_ref().unwrap_or(&dev.dummy_f32);
+        launch!(
+            dev,
+            "attention",
+            cfg,
+            query,
+            &q_stride,
+            &keys.keys,
+            &keys.values,
+            &kv_stride,
+            kv_base,
+            kv_len,
+            &use_arrays,
+            &base_stride,
+            &const_len,
+            out.slice_mut(),
+            &d_i,
+            &hd,
+            &scale,
+            scratch,
+            &use_scratch,
+            &scratch_stride,
+        );
+    }
+}
+
+fn check_len(what: &str, len: usize, expected: usize) -> Result<()> {
+    if len != expected {
+        return Err(Error::invalid_model(format!("{what} holds {len} values where {expected} were expected")));
+    }
+    Ok(())
+}
+
+impl Backend for CudaBackend {
+    type Buffer = DeviceBuffer;
+    type Matrix = DeviceMatrix;
+    type Vector = DeviceVector;
+    type KvCache = DeviceKvCache;
+
+    fn name(&self) -> String {
+        format!("cuda:{} ({})", self.info().index, self.info().name)
+    }
+
+    /// Every compute type multiplies in float32 on the GPU (see the module doc): quantized
+    /// weights are dequantized here.
+    fn matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<DeviceMatrix> {
+        let _ = compute_type;
+        let data = match data {
+            MatrixData::Float(w) => {
+                check_len("a weight", w.len(), n * k)?;
+                self.upload_f32(&w)?
+            }
+            MatrixData::Quantized(Quantized::Int8 { values, scales, .. }) => {
+                check_len("an int8 weight", values.len(), n * k)?;
+                check_len("an int8 weight's scales", scales.len(), n)?;
+                self.upload_f32(&dequantize_i8(&values, &scales, n, k))?
+            }
+            MatrixData::Quantized(Quantized::Int16 { values, scale }) => {
+                check_len("an int16 weight", values.len(), n * k)?;
+                self.upload_f32(&dequantize_i16(&values, scale))?
+            }
+        };
+        Ok(DeviceMatrix { data, n, k })
+    }
+
+    fn gather_rows(&self, matrix: &DeviceMatrix, ids: &[u32]) -> DeviceMatrix {
+        let k = matrix.k;
+        let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
+        let idx = self.upload_indices(&ids, matrix.n, "weight row");
+        let mut data = self.alloc(ids.len() * k);
+        self.gather_kernel(&mut data.slice_mut(..), k, &matrix.data.slice(..), k, Some(&idx), ids.len(), k, 1.0);
+        DeviceMatrix { data, n: ids.len(), k }
+    }
+
+    fn vector(&self, data: Arc<Tensor>) -> Result<DeviceVector> {
+        let row_len = if data.shape().len() >= 2 { data.row_len() } else { data.len() };
+        Ok(DeviceVector { data: self.upload_f32(&data)?, len: data.len(), row_len })
+    }
+
+    fn gather(&self, vector: &DeviceVector, ids: &[u32]) -> DeviceVector {
+        let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
+        let idx = self.upload_indices(&ids, vector.len, "vector element");
+        let mut data = self.alloc(ids.len());
+        self.gather_kernel(&mut data.slice_mut(..), 1, &vector.data.slice(..), 1, Some(&idx), ids.len(), 1, 1.0);
+        DeviceVector { data, len: ids.len(), row_len: ids.len() }
+    }
+
+    fn linear(
+        &self,
+        _ctx: &Ctx,
+        x: &DeviceBuffer,
+        rows: usize,
+        w: &DeviceMatrix,
+        bias: Option<&DeviceVector>,
+        relu: bool,
+        out: &mut DeviceBuffer,
+    ) {
+        let (n, k) = (w.n, w.k);
+        self.ensure(out, rows * n);
+        if rows == 0 || n == 0 {
+            return;
+        }
+        let dev = self.dev();
+        if k == 0 {
+            self.bind();
+            check(dev.stream.memset_zeros(&mut out.slice_mut().slice_mut(..rows * n)), "clearing a buffer");
+        } else {
+            assert!(x.len() >= rows * k, "CUDA backend: linear input holds {} floats, {rows} rows of {k} need more", x.len());
+            // Row-major out[rows, n] = x[rows, k] · W[n, k]ᵀ is column-major outᵀ = W · xᵀ:
+            // W read transposed (its rows are columns of length k), x as is.
+            let cfg = GemmConfig {
+                transa: cublasOperation_t::CUBLAS_OP_T,
+                transb: cublasOperation_t::CUBLAS_OP_N,
+                m: to_i32(n),
+                n: to_i32(rows),
+                k: to_i32(k),
+                alpha: 1.0f32,
+                lda: to_i32(k),
+                ldb: to_i32(k),
+                beta: 0.0f32,
+                ldc: to_i32(n),
+            };
+            let blas = dev.blas.lock().unwrap_or_else(|e| e.into_inner());
+            self.bind();
+            // SAFETY: W holds n·k floats, x at least rows·k (checked), out rows·n (ensured).
+            check(unsafe { blas.gemm(cfg, &w.data, x.slice(), out.slice_mut()) }, "cuBLAS sgemm");
+        }
+        if bias.is_some() || relu {
+            if let Some(b) = bias {
+                assert!(b.len >= n, "CUDA backend: bias of {} values for {n} outputs", b.len);
+            }
+            let bias_data = bias.map_or(&dev.dummy_f32, |b| &b.data);
+            let (rows_i, n_i, has_bias, relu) = (to_i32(rows), to_i32(n), bias.is_some() as i32, relu as i32);
+            launch!(dev, "bias_activation", Device::elementwise(rows * n), out.slice_mut(), bias_data, &rows_i, &n_i, &has_bias, &relu);
+        }
+    }
+
+    /// `order` is ignored: one formula (two-pass mean and variance) for both engines.
+    fn layer_norm(&self, x: &mut DeviceBuffer, gamma: &DeviceVector, beta: Option<&DeviceVector>, epsilon: f32, _order: FloatOrder) {
+        let d = gamma.len;
+        if d == 0 || x.is_empty() {
+            return;
+        }
+        if let Some(beta) = beta {
+            assert!(beta.len >= d, "CUDA backend: layer norm beta of {} values for width {d}", beta.len);
+        }
+        let rows = x.len() / d;
+        let dev = self.dev();
+        let (d_i, mode) = (to_i32(d), beta.is_none() as i32);
+        let beta = beta.map_or(&gamma.data, |b| &b.data);
+        launch!(dev, "layer_norm", Device::per_row(rows), x.slice_mut(), &gamma.data, beta, &d_i, &epsilon, &mode);
+    }
+
+    fn activation(&self, x: &mut DeviceBuffer, activation: Activation) {
+        let (kind, n) = (activation_code(activation), x.len());
+        if n > 0 {
+            let n_i = to_i32(n);
+            launch!(self.dev(), "activation", Device::elementwise(n), x.slice_mut(), &kind, &n_i);
+        }
+    }
+
+    fn add(&self, x: &mut DeviceBuffer, y: &DeviceBuffer) {
+        let n = x.len().min(y.len());
+        if n > 0 {
+            let n_i = to_i32(n);
+            launch!(self.dev(), "add", Device::elementwise(n), x.slice_mut(), y.slice(), &n_i);
+        }
+    }
+
+    fn copy(&self, src: &DeviceBuffer, dst: &mut DeviceBuffer) {
+        let len = src.len();
+        self.ensure(dst, len);
+        if len > 0 {
+            self.bind();
+            check(self.dev().stream.memcpy_dtod(&src.slice().slice(..len), &mut dst.slice_mut().slice_mut(..len)), "a device copy");
+        }
+    }
+
+    fn zeros(&self, out: &mut DeviceBuffer, rows: usize, dim: usize) {
+        let len = rows * dim;
+        self.ensure(out, len);
+        if len > 0 {
+            self.bind();
+            check(self.dev().stream.memset_zeros(&mut out.slice_mut().slice_mut(..len)), "clearing a buffer");
+        }
+    }
+
+    fn embed(&self, table: EmbeddingRows<'_, Self>, dim: usize, ids: &[u32], scale: Option<f32>, out: &mut DeviceBuffer) {
+        let (data, stride, rows) = match table {
+            EmbeddingRows::Dense(t) => (&t.data, t.row_len, t.len / t.row_len.max(1)),
+            EmbeddingRows::Packed(m) => (&m.data, m.k, m.n),
+        };
+        assert!(dim <= stride, "CUDA backend: embedding width {dim} wider than its table's rows ({stride})");
+        let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
+        let idx = self.upload_indices(&ids, rows, "token id");
+        self.ensure(out, ids.len() * dim);
+        self.gather_kernel(
+            &mut out.slice_mut().slice_mut(..),
+            dim,
+            &data.slice(..),
+            stride,
+            Some(&idx),
+            ids.len(),
+            dim,
+            scale.unwrap_or(1.0),
+        );
+    }
+
+    fn add_positions(&self, x: &mut DeviceBuffer, dim: usize, table: PositionTable<'_, Self>, positions: &[usize]) {
+        if dim == 0 {
+            return;
+        }
+        let rows = (x.len() / dim).min(positions.len());
+        if rows == 0 {
+            return;
+        }
+        let dev = self.dev();
+        let (table_data, sinusoid, start, increment, bound) = match table {
+            PositionTable::Table(t) => {
+                assert!(t.row_len >= dim, "CUDA backend: position table rows of {} for width {dim}", t.row_len);
+                (&t.data, 0i32, 0u32, 0.0f32, t.len / t.row_len.max(1))
+            }
+            // The CPU's frequency step, computed here in the same float32 arithmetic.
+            PositionTable::Sinusoidal { start } => (&dev.dummy_f32, 1, to_u32(start), 10000f32.ln() / (dim / 2 - 1) as f32, usize::MAX),
+        };
+        let positions = self.upload_indices(&positions[..rows], bound, "position");
+        let (d_i, rows_i) = (to_i32(dim), to_i32(rows));
+        launch!(
+            dev,
+            "add_positions",
+            Device::per_row(rows),
+            x.slice_mut(),
+            &d_i,
+            &rows_i,
+            &positions,
+            table_data,
+            &sinusoid,
+            &start,
+            &increment
+        );
+    }
+
+    fn sequence_attention(&self, qkv: &DeviceBuffer, layout: &SequenceLayout, shape: AttentionShape, out: &mut DeviceBuffer) {
+        let d = shape.dim;
+        let rows = layout.total_rows();
+        if rows == 0 || d == 0 {
+            self.ensure(out, 0);
+            return;
+        }
+        assert!(qkv.len() >= rows * 3 * d, "CUDA backend: fused q|k|v of {} floats for {rows} rows of width {d}", qkv.len());
+        let s = qkv.slice();
+        let keys = KeySource {
+            keys: s.slice(d..),
+            values: s.slice(2 * d..),
+            stride: 3 * d,
+            rows: Some(sequence_rows(&layout.offsets, &layout.lengths)),
+            base_stride: 0,
+            const_len: 0,
+        };
+        self.attention(&s.slice(..), 3 * d, keys, rows, shape, out);
+    }
+
+    fn new_kv_cache(&self, rows: usize) -> DeviceKvCache {
+        DeviceKvCache::new(rows)
+    }
+
+    fn cached_attention(&self, qkv: &DeviceBuffer, cache: &mut DeviceKvCache, shape: AttentionShape, out: &mut DeviceBuffer) {
+        let d = shape.dim;
+        let rows = cache.rows;
+        if rows == 0 || d == 0 {
+            self.ensure(out, 0);
+            return;
+        }
+        assert!(qkv.len() >= rows * 3 * d, "CUDA backend: fused q|k|v of {} floats for {rows} rows of width {d}", qkv.len());
+        assert!(cache.dim == 0 || cache.dim == d, "CUDA backend: a key/value cache of width {} used with width {d}", cache.dim);
+        cache.dim = d;
+        if cache.steps + 1 > cache.capacity || cache.keys.is_none() {
+            let capacity = grown_steps(cache.capacity, cache.steps + 1);
+            let (mut keys, mut values) = (self.alloc(rows * capacity * d), self.alloc(rows * capacity * d));
+            if let (Some(old_keys), Some(old_values)) = (&cache.keys, &cache.values) {
+                let (old, new, len) = (cache.capacity * d, capacity * d, cache.steps * d);
+                self.gather_kernel(&mut keys.slice_mut(..), new, &old_keys.slice(..), old, None, rows, len, 1.0);
+                self.gather_kernel(&mut values.slice_mut(..), new, &old_values.slice(..), old, None, rows, len, 1.0);
+            }
+            (cache.keys, cache.values, cache.capacity) = (Some(keys), Some(values), capacity);
+        }
+        let (at, row_stride) = (cache.steps * d, cache.capacity * d);
+        let s = qkv.slice();
+        let (keys, values) = (cache.keys.as_mut().expect("allocated above"), cache.values.as_mut().expect("allocated above"));
+        self.gather_kernel(&mut keys.slice_mut(at..), row_stride, &s.slice(d..), 3 * d, None, rows, d, 1.0);
+        self.gather_kernel(&mut values.slice_mut(at..), row_stride, &s.slice(2 * d..), 3 * d, None, rows, d, 1.0);
+        cache.steps += 1;
+        let source = KeySource {
+            keys: keys.slice(..),
+            values: values.slice(..),
+            stride: d,
+            rows: None,
+            base_stride: cache.capacity,
+            const_len: cache.steps,
+        };
+        self.attention(&s.slice(..), 3 * d, source, rows, shape, out);
+    }
+
+    fn reorder_kv_cache(&self, cache: &mut DeviceKvCache, sources: &[usize]) {
+        let rows = sources.len();
+        if let (Some(keys), Some(values)) = (&cache.keys, &cache.values) {
+            let idx = self.upload_indices(sources, cache.rows, "cache row");
+            let (stride, len) = (cache.capacity * cache.dim, cache.steps * cache.dim);
+            let (mut new_keys, mut new_values) = (self.alloc(rows * stride), self.alloc(rows * stride));
+            self.gather_kernel(&mut new_keys.slice_mut(..), stride, &keys.slice(..), stride, Some(&idx), rows, len, 1.0);
+            self.gather_kernel(&mut new_values.slice_mut(..), stride, &values.slice(..), stride, Some(&idx), rows, len, 1.0);
+            (cache.keys, cache.values) = (Some(new_keys), Some(new_values));
+        } else if let Some(&bad) = sources.iter().find(|&&s| s >= cache.rows) {
+            panic!("CUDA backend: cache row {bad} out of range (0..{})", cache.rows);
+        }
+        cache.rows = rows;
+    }
+
+    fn memory_attention(
+        &self,
+        query: &DeviceBuffer,
+        memory_kv: &DeviceBuffer,
+        memory: &SequenceLayout,
+        row_example: &[usize],
+        shape: AttentionShape,
+        out: &mut DeviceBuffer,
+    ) {
+        let d = shape.dim;
+        let rows = row_example.len();
+        if rows == 0 || d == 0 {
+            self.ensure(out, 0);
+            return;
+        }
+        assert!(query.len() >= rows * d, "CUDA backend: queries of {} floats for {rows} rows of width {d}", query.len());
+        if let Some(&bad) = row_example.iter().find(|&&e| e >= memory.lengths.len()) {
+            panic!("CUDA backend: example {bad} out of range (0..{})", memory.lengths.len());
+        }
+        assert!(memory_kv.len() >= memory.total_rows() * 2 * d, "CUDA backend: memory keys/values smaller than the memory layout");
+        let m = memory_kv.slice();
+        let keys = KeySource {
+            keys: m.slice(..),
+            values: m.slice(d..),
+            stride: 2 * d,
+            rows: Some(memory_rows(&memory.offsets, &memory.lengths, row_example)),
+            base_stride: 0,
+            const_len: 0,
+        };
+        self.attention(&query.slice().slice(..), d, keys, rows, shape, out);
+    }
+
+    fn ssru(&self, cells: &mut DeviceBuffer, input: &DeviceBuffer, forget: &DeviceBuffer, out: &mut DeviceBuffer) {
+        let n = cells.len();
+        assert!(input.len() >= n && forget.len() >= n, "CUDA backend: SSRU inputs smaller than its cells");
+        self.ensure(out, n);
+        if n > 0 {
+            let n_i = to_i32(n);
+            launch!(self.dev(), "ssru", Device::elementwise(n), cells.slice_mut(), input.slice(), forget.slice(), out.slice_mut(), &n_i);
+        }
+    }
+
+    fn running_average(&self, average: &mut DeviceBuffer, x: &DeviceBuffer, step: usize) {
+        let n = average.len();
+        assert!(x.len() >= n, "CUDA backend: running average input smaller than the average");
+        if n > 0 {
+            let (step, n_i) = (to_i32(step), to_i32(n));
+            launch!(self.dev(), "running_average", Device::elementwise(n), average.slice_mut(), x.slice(), &step, &n_i);
+        }
+    }
+
+    fn gate(&self, y: &mut DeviceBuffer, x: &DeviceBuffer, input_gate: &DeviceBuffer, forget_gate: &DeviceBuffer) {
+        let n = y.len();
+        assert!(x.len() >= n && input_gate.len() >= n && forget_gate.len() >= n, "CUDA backend: gate inputs smaller than its output");
+        if n > 0 {
+            let n_i = to_i32(n);
+            launch!(self.dev(), "gate", Device::elementwise(n), y.slice_mut(), x.slice(), input_gate.slice(), forget_gate.slice(), &n_i);
+        }
+    }
+
+    fn reorder_rows(&self, x: &mut DeviceBuffer, dim: usize, sources: &[usize]) {
+        if dim == 0 {
+            x.len = 0;
+            return;
+        }
+        let idx = self.upload_indices(sources, x.len() / dim, "row");
+        let mut reordered = DeviceBuffer::default();
+        self.ensure(&mut reordered, sources.len() * dim);
+        if !x.is_empty() {
+            self.gather_kernel(
+                &mut reordered.slice_mut().slice_mut(..),
+                dim,
+                &x.slice().slice(..),
+                dim,
+                Some(&idx),
+                sources.len(),
+                dim,
+                1.0,
+            );
+        }
+        *x = reordered;
+    }
+
+    fn logits_to_host(&self, logits: &mut DeviceBuffer, host: &mut Vec<f32>) {
+        let len = logits.len();
+        host.clear();
+        host.resize(len, 0.0);
+        if len > 0 {
+            self.bind();
+            let stream = &self.dev().stream;
+            check(stream.memcpy_dtoh(&logits.slice().slice(..len), &mut host[..]), "copying the logits to the host");
+            check(stream.synchronize(), "a decoding step on the GPU");
+        }
+    }
+}
+
+/// Runs a small product (cuBLAS, with bias and ReLU) and a layer norm, and compares them
+/// with the same arithmetic on the host: whether the device really computes.
+pub(super) fn smoke_test(backend: &CudaBackend) -> Result<()> {
+    let (rows, n, k) = (3usize, 5usize, 7usize);
+    let x: Vec<f32> = (0..rows * k).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.25).collect();
+    let w: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 13) as f32 - 6.0) * 0.125).collect();
+    let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 1.0).collect();
+    let gamma: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.1).collect();
+    let beta: Vec<f32> = (0..n).map(|i| i as f32 * -0.05).collect();
+    let mut expected = reference::linear(&x, &w, &bias, rows, n, k, true);
+    reference::layer_norm(&mut expected, &gamma, &beta, 1e-5);
+
+    let tensor = |v: &[f32], shape: Vec<usize>| Arc::new(Tensor::from_vec(v.to_vec(), shape));
+    let weight = backend.matrix(MatrixData::Float(tensor(&w, vec![n, k])), n, k, ComputeType::Float32)?;
+    let (bias_v, gamma_v, beta_v) =
+        (backend.vector(tensor(&bias, vec![n]))?, backend.vector(tensor(&gamma, vec![n]))?, backend.vector(tensor(&beta, vec![n]))?);
+    let input = backend.buffer_from_host(&x);
+    let mut out = DeviceBuffer::default();
+    backend.linear(&Ctx::default(), &input, rows, &weight, Some(&bias_v), true, &mut out);
+    backend.layer_norm(&mut out, &gamma_v, Some(&beta_v), 1e-5, FloatOrder::default());
+    let mut got = Vec::new();
+    backend.logits_to_host(&mut out, &mut got);
+    let worst = expected.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f32, |m, e| if e.is_nan() { e } else { m.max(e) });
+    if got.len() != expected.len() || worst.is_nan() || worst > 1e-4 {
+        return Err(Error::unsupported(format!(
+            "CUDA device {} computes wrong results (a test product and layer norm differ from the CPU's by {worst})",
+            backend.info().index
+        )));
+    }
+    Ok(())
+}
+
+/// The host arithmetic the smoke test (and the tests) compare with.
+pub(super) mod reference {
+    pub fn linear(x: &[f32], w: &[f32], bias: &[f32], rows: usize, n: usize, k: usize, relu: bool) -> Vec<f32> {
+        let mut out = vec![0.0f32; rows * n];
+        for r in 0..rows {
+            for j in 0..n {
+                let dot: f32 = (0..k).map(|i| x[r * k + i] * w[j * k + i]).sum();
+                let v = dot + bias[j];
+                out[r * n + j] = if relu { v.max(0.0) } else { v };
+            }
+        }
+        out
+    }
+
+    pub fn layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], epsilon: f32) {
+        let d = gamma.len();
+        for row in x.chunks_exact_mut(d) {
+            let mean = row.iter().sum::<f32>() / d as f32;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+            let rstd = 1.0 / (var + epsilon).sqrt();
+            for ((v, g), b) in row.iter_mut().zip(gamma).zip(beta) {
+                *v = (*v - mean) * rstd * g + b;
+            }
+        }
+    }
+}

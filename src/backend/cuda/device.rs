@@ -1,0 +1,133 @@
+//! One GPU as the backend holds it: its context and stream, a cuBLAS handle, the compiled
+//! kernels. Opened once per device and process (`mod.rs` caches it).
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::{CUdevice_attribute, CUresult};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig};
+
+use super::kernels;
+use super::DeviceInfo;
+use crate::error::{Error, Result};
+
+pub(crate) struct Device {
+    pub info: DeviceInfo,
+    pub ctx: Arc<CudaContext>,
+    /// The one stream every operation runs on, in the order they are called: no two
+    /// operations of the backend ever run concurrently on the device, so buffers need no
+    /// events (cudarc's event tracking is off).
+    pub stream: Arc<CudaStream>,
+    /// cuBLAS handles are not meant for concurrent calls from several threads.
+    pub blas: Mutex<CudaBlas>,
+    functions: HashMap<&'static str, CudaFunction>,
+    /// Passed for pointer arguments a kernel does not read.
+    pub dummy_u32: CudaSlice<u32>,
+    pub dummy_f32: CudaSlice<f32>,
+}
+
+/// Unwraps the result of a CUDA call made by an operation of the backend (which returns
+/// no `Result`): a failure panics with what failed, and the C API reports the panic.
+pub(crate) fn check<T, E: Display>(result: std::result::Result<T, E>, what: &str) -> T {
+    match result {
+        Ok(v) => v,
+        Err(e) => panic!("CUDA backend: {what} failed: {e}"),
+    }
+}
+
+fn driver_error(what: &str, e: DriverError) -> Error {
+    Error::unsupported(format!("{what}: {e}"))
+}
+
+/// Checks that the three CUDA libraries the backend loads can be found: cudarc panics on
+/// the first call into a missing one.
+pub(crate) fn check_libraries() -> Result<()> {
+    // SAFETY: only tries to load the libraries (dlopen), calling nothing in them.
+    let (driver, blas, nvrtc) = unsafe {
+        (cudarc::driver::sys::is_culib_present(), cudarc::cublas::sys::is_culib_present(), cudarc::nvrtc::sys::is_culib_present())
+    };
+    if !driver {
+        return Err(Error::unsupported(
+            "no CUDA driver found (libcuda.so could not be loaded): install the NVIDIA driver, or run on the CPU",
+        ));
+    }
+    if !blas {
+        return Err(Error::unsupported(
+            "cuBLAS not found (libcublas.so / libcublas.so.12 could not be loaded): install the CUDA 12 runtime libraries \
+             (e.g. the CUDA toolkit, or `pip install nvidia-cublas-cu12` with its lib directory on LD_LIBRARY_PATH)",
+        ));
+    }
+    if !nvrtc {
+        return Err(Error::unsupported(
+            "NVRTC not found (libnvrtc.so / libnvrtc.so.12 could not be loaded): install the CUDA 12 runtime compiler \
+             (e.g. the CUDA toolkit, or `pip install nvidia-cuda-nvrtc-cu12` with its lib directory on LD_LIBRARY_PATH)",
+        ));
+    }
+    Ok(())
+}
+
+impl Device {
+    /// Opens GPU `index`: context, stream, cuBLAS, kernels compiled for its architecture.
+    /// The libraries must have been checked ([`check_libraries`]).
+    pub fn open(index: usize) -> Result<Device> {
+        let count = CudaContext::device_count().map_err(|e| match e.0 {
+            CUresult::CUDA_ERROR_NO_DEVICE => Error::unsupported("no CUDA device found (the driver reports none)"),
+            _ => driver_error("the CUDA driver could not be initialized", e),
+        })?;
+        let count = usize::try_from(count).unwrap_or(0);
+        if index >= count {
+            let plural = if count == 1 { "" } else { "s" };
+            return Err(Error::unsupported(format!("CUDA device {index} does not exist ({count} device{plural} found)")));
+        }
+        let ctx = CudaContext::new(index).map_err(|e| driver_error(&format!("could not create a CUDA context on device {index}"), e))?;
+        // SAFETY: everything runs on one stream, in order (see `stream`), and this is done
+        // before any allocation.
+        unsafe { ctx.disable_event_tracking() };
+        let name = ctx.name().map_err(|e| driver_error("could not read the CUDA device's name", e))?;
+        let attribute = |a| ctx.attribute(a).map_err(|e| driver_error("could not read the CUDA device's attributes", e));
+        let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        // SAFETY: the device handle comes from the live context.
+        let total_memory = unsafe { cudarc::driver::result::device::total_mem(ctx.cu_device()) }
+            .map_err(|e| driver_error("could not read the CUDA device's memory size", e))?;
+        let info = DeviceInfo { index, name, compute_capability: (major, minor), total_memory };
+
+        let arch = kernels::arch_for(info.compute_capability);
+        let ptx = kernels::compile(arch)?;
+        let module = ctx.load_module(ptx).map_err(|e| match e.0 {
+            CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => Error::unsupported(format!(
+                "the CUDA driver is older than the NVRTC library (it cannot load the PTX NVRTC produced): update the driver \
+                 or use an NVRTC as old as the driver ({e})"
+            )),
+            _ => driver_error("could not load Tolk's compiled CUDA kernels", e),
+        })?;
+        let functions = kernels::KERNEL_NAMES
+            .iter()
+            .map(|&name| {
+                let f = module.load_function(name).map_err(|e| driver_error(&format!("CUDA kernel {name} is missing"), e))?;
+                Ok((name, f))
+            })
+            .collect::<Result<HashMap<_, _>>>()?;
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::unsupported(format!("could not create a cuBLAS handle: {e}")))?;
+        let dummy_u32 = stream.alloc_zeros::<u32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
+        let dummy_f32 = stream.alloc_zeros::<f32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
+        Ok(Device { info, ctx, stream, blas: Mutex::new(blas), functions, dummy_u32, dummy_f32 })
+    }
+
+    pub fn function(&self, name: &str) -> &CudaFunction {
+        self.functions.get(name).unwrap_or_else(|| panic!("CUDA backend: no kernel {name}"))
+    }
+
+    /// Launch shape of an element-wise kernel over `n` elements (grid-stride loops).
+    pub fn elementwise(n: usize) -> LaunchConfig {
+        let blocks = n.div_ceil(kernels::ELEMENT_THREADS as usize).clamp(1, 65_535) as u32;
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (kernels::ELEMENT_THREADS, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    /// One block per row (`rows` blocks of [`kernels::ROW_THREADS`]).
+    pub fn per_row(rows: usize) -> LaunchConfig {
+        LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (kernels::ROW_THREADS, 1, 1), shared_mem_bytes: 0 }
+    }
+}
