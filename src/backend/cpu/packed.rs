@@ -4,16 +4,20 @@
 //! so the weight stream dominates: packing it per call (as general GEMM libraries do)
 //! costs more than the product. Here `W [n, k]` is stored as panels of `NR = 32` output
 //! columns, each `[k][32]` contiguous (zero-padded at the tail), and register-tiled
-//! kernels walk them: AVX-512F takes blocks of panels that stay in L2 while every group of
-//! 8 rows multiplies them, AVX2+FMA blocks of rows per panel; a portable scalar reference
-//! checks both. The kernel is chosen at run time.
+//! kernels multiply a block of rows by one panel after the other, the part of the panel
+//! in use held in L1 while every tile of rows walks it: AVX-512F in groups of 8
+//! interleaved rows x 32 columns with k in blocks of 256, AVX2+FMA in tiles of 6 rows x 16
+//! columns. Meanwhile each fetches a later panel into L2, so that the weights stream from
+//! memory under the FMAs. Whatever the tiling, every output element is one chain of FMAs
+//! in k order, so both levels give the same bits. A portable scalar reference checks
+//! them. The kernel is chosen at run time.
 use super::isa::{self, FloatLevel};
 use super::OutPtr;
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
-/// Rows of `x` processed while one panel is hot in cache (AVX2 and scalar paths): as many
-/// as keep them within about 512 KiB of L2 (a multiple of 8, at least 8).
+/// Rows of `x` multiplied by each panel before the next panel: as many as keep them within
+/// about 512 KiB of L2 (a multiple of 8, whole AVX-512 groups, at least 8).
 fn row_block(k: usize) -> usize {
     ((128 * 1024 / k.max(1)) / 8 * 8).clamp(8, 512)
 }
@@ -63,12 +67,7 @@ impl PackedMatrix {
     }
 
     fn panel(&self, p: usize) -> &[f32] {
-        self.panels(p, p + 1)
-    }
-
-    /// Panels `p0..p1`, contiguous.
-    fn panels(&self, p0: usize, p1: usize) -> &[f32] {
-        &self.data[self.start + p0 * self.k * NR..self.start + p1 * self.k * NR]
+        &self.data[self.start + p * self.k * NR..self.start + (p + 1) * self.k * NR]
     }
 }
 
@@ -87,58 +86,26 @@ pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut 
     // padded), so the broadcasts in the kernel walk memory sequentially.
     let x_interleaved = if level == FloatLevel::Avx512 { interleave_rows(x, m, k) } else { Vec::new() };
     let block = row_block(k);
-    // AVX-512 takes the panels in blocks of about 512 KiB that stay in L2 while every group
-    // of 8 rows multiplies them (long contiguous output runs per row, no partial sums).
-    let panel_block = (512 * 1024 / (4 * k * NR).max(1)).max(1);
     let run = |p0: usize, p1: usize| {
-        #[cfg(target_arch = "x86_64")]
-        if level == FloatLevel::Avx512 {
-            for b0 in (p0..p1).step_by(panel_block) {
-                let b1 = (b0 + panel_block).min(p1);
-                let groups = m.div_ceil(8);
-                // The first group streams the block from memory; the others fetch the next
-                // block into L2 meanwhile, each tile a share, so no group waits for memory.
-                let next = w.panels(b1, (b1 + panel_block).min(p1));
-                let tiles = (groups - 1) * (b1 - b0);
-                let share = |g: usize, p: usize| {
-                    if g == 0 {
-                        return &next[..0];
-                    }
-                    let t = (g - 1) * (b1 - b0) + (p - b0);
-                    let lines = next.len() / 16;
-                    &next[t * lines / tiles * 16..(t + 1) * lines / tiles * 16]
-                };
-                for g in 0..groups {
-                    let rows = 8.min(m - g * 8);
-                    for p in b0..b1 {
-                        let cols = NR.min(n - p * NR);
-                        let tile = Tile {
-                            x: &x_interleaved[g * 8 * k..],
-                            k,
-                            panel: w.panel(p),
-                            bias: bias.map(|b| &b[p * NR..p * NR + cols]),
-                            prefetch: share(g, p),
-                        };
-                        // SAFETY: as below; the level is supported (see isa::current).
-                        unsafe {
-                            let y = std::slice::from_raw_parts_mut(out.get().add(g * 8 * n + p * NR), (rows - 1) * n + cols);
-                            x86::group_avx512(&tile, y, n, rows, cols)
-                        }
-                    }
-                }
-            }
-            return;
-        }
         for r0 in (0..m).step_by(block) {
             let rows = block.min(m - r0);
             for p in p0..p1 {
                 let cols = NR.min(n - p * NR);
-                let tile = Tile { x: &x[r0 * k..], k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]), prefetch: &[] };
+                // The kernel fetches the panel after next into L2 while it computes this one:
+                // with few rows a panel takes too little time to hide the memory latency of
+                // the next (m = 8 and 32 ran 10-20% slower so); the hardware prefetcher
+                // brings the first two.
+                let prefetch = if p + 2 < p1 { w.panel(p + 2) } else { &[] };
+                // `block` is a multiple of 8: row r0 starts group r0 / 8 of the interleaved x.
+                let x = if level == FloatLevel::Avx512 { &x_interleaved[r0 * k..] } else { &x[r0 * k..] };
+                let tile = Tile { x, k, panel: w.panel(p), bias: bias.map(|b| &b[p * NR..p * NR + cols]), prefetch };
                 // SAFETY: each panel writes only its own columns of rows r0..r0+rows, all
                 // inside `y` (checked above), so concurrent panels never overlap.
                 let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(r0 * n + p * NR), (rows - 1) * n + cols) };
                 match level {
                     // SAFETY: `level` never exceeds what the CPU supports (see isa::current).
+                    #[cfg(target_arch = "x86_64")]
+                    FloatLevel::Avx512 => unsafe { x86::panel_avx512(&tile, y, n, rows, cols) },
                     #[cfg(target_arch = "x86_64")]
                     FloatLevel::Avx2 => unsafe { x86::panel_avx2(&tile, y, n, rows, cols) },
                     _ => panel_scalar(&tile, y, n, rows, cols),
@@ -163,14 +130,15 @@ fn interleave_rows(x: &[f32], m: usize, k: usize) -> Vec<f32> {
     out
 }
 
-
-/// Inputs of one panel product: rows of `x` (row stride `k`) times one packed panel.
+/// Inputs of one panel product: rows of `x` (row stride `k`; AVX-512 takes them
+/// interleaved, see `interleave_rows`) times one packed panel.
 struct Tile<'a> {
     x: &'a [f32],
     k: usize,
     panel: &'a [f32],
     bias: Option<&'a [f32]>,
-    /// Weights this tile fetches into L2 while it computes (its share of the next block).
+    /// Weights the kernel fetches into L2 while it computes (a later panel; each tile of
+    /// rows takes a share).
     prefetch: &'a [f32],
 }
 
@@ -195,95 +163,246 @@ fn panel_scalar(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
 mod x86 {
     use super::{Tile, NR};
     use std::arch::x86_64::*;
+    use std::ops::Range;
 
-    /// Stores `NR` accumulated columns (as `L` vectors of `W` lanes) of one row, adding the
-    /// bias and dropping the zero-padded tail columns.
+    /// Share `i` of `parts` of `data`, in whole cache lines.
+    fn share(data: &[f32], i: usize, parts: usize) -> &[f32] {
+        let lines = data.len() / 16;
+        &data[i * lines / parts * 16..(i + 1) * lines / parts * 16]
+    }
+
+    /// Splits the k steps of a kernel into runs, each led by its share of `next` (the lines
+    /// of a later panel this kernel fetches into L2): a line every few steps, or a few
+    /// lines every step. So reading that panel from memory overlaps the FMAs instead of
+    /// stalling them later (the hardware prefetcher alone leaves gaps).
     #[inline(always)]
-    fn store_row(acc: &[f32; NR], t: &Tile, y: &mut [f32], cols: usize) {
-        for c in 0..cols {
-            y[c] = acc[c] + t.bias.map_or(0.0, |b| b[c]);
+    fn prefetch_runs(next: &[f32], k: usize) -> impl Iterator<Item = (&[f32], Range<usize>)> {
+        let lines = next.len() / 16;
+        let runs = lines.clamp(1, k.max(1));
+        let (mut line, mut step) = (Splits::new(lines, runs), Splits::new(k, runs));
+        (0..runs).map(move |_| {
+            let l = line.next();
+            (&next[l.start * 16..l.end * 16], step.next())
+        })
+    }
+
+    /// Cuts `0..total` into `parts` near-equal consecutive pieces, `floor(i * total / parts)`
+    /// apart, without a division per piece (the kernels take one every k step or two).
+    struct Splits {
+        quotient: usize,
+        remainder: usize,
+        parts: usize,
+        error: usize,
+        at: usize,
+    }
+
+    impl Splits {
+        fn new(total: usize, parts: usize) -> Splits {
+            Splits { quotient: total / parts, remainder: total % parts, parts, error: 0, at: 0 }
+        }
+
+        #[inline(always)]
+        fn next(&mut self) -> Range<usize> {
+            let start = self.at;
+            self.at += self.quotient;
+            self.error += self.remainder;
+            if self.error >= self.parts {
+                self.error -= self.parts;
+                self.at += 1;
+            }
+            start..self.at
         }
     }
 
-    /// AVX-512: one group of 8 interleaved rows (`t.x`, `[k][8]`) x one panel over the whole
-    /// of k, accumulators in registers.
+    /// Fetches the cache lines of `lines` into L2.
+    #[inline(always)]
+    fn prefetch_l2(lines: &[f32]) {
+        for line in lines.chunks(16) {
+            // SAFETY: a prefetch is a hint that never faults; the line is inside a live
+            // slice anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
+        }
+    }
+
+    /// Steps of k per pass of the AVX-512 kernel: 256 x 128 bytes of the panel (32 KiB)
+    /// stay in L1 while every group of rows multiplies them.
+    const KC_AVX512: usize = 256;
+
+    /// AVX-512: the rows in groups of 8 (interleaved, `[k][8]` each) x the whole panel,
+    /// 16 accumulators, k in blocks of `KC_AVX512` so that the weights come from L1: each
+    /// block's partial sums wait in `y` for the next (the same FMAs in the same order as
+    /// one pass, so the same result). Each pass fetches its share of `t.prefetch` into L2.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn group_avx512(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
-        let (x, w) = (t.x.as_ptr(), t.panel.as_ptr());
-        let mut acc0 = [_mm512_setzero_ps(); 8];
-        let mut acc1 = [_mm512_setzero_ps(); 8];
-        let (pf, pf_lines) = (t.prefetch.as_ptr(), t.prefetch.len() / 16);
-        let pf_every = t.k.div_ceil(pf_lines.max(1)).max(1);
-        let (mut pf_line, mut pf_wait) = (0, 0);
-        for kk in 0..t.k {
-            if pf_line < pf_lines {
-                if pf_wait == 0 {
-                    _mm_prefetch::<_MM_HINT_T1>(pf.add(pf_line * 16) as *const i8);
-                    pf_line += 1;
-                    pf_wait = pf_every;
-                }
-                pf_wait -= 1;
+    pub unsafe fn panel_avx512(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
+        let groups = rows.div_ceil(8);
+        let passes = groups * t.k.div_ceil(KC_AVX512).max(1);
+        let mut done = 0;
+        // k = 0 still takes one (empty) block, which writes the bias.
+        for k0 in (0..t.k.max(1)).step_by(KC_AVX512) {
+            let steps = k0..(k0 + KC_AVX512).min(t.k);
+            for g in 0..groups {
+                let group = Tile { x: &t.x[g * 8 * t.k..], prefetch: share(t.prefetch, done, passes), ..*t };
+                group_avx512(&group, steps.clone(), &mut y[g * 8 * ldy..], ldy, 8.min(rows - g * 8), cols);
+                done += 1;
             }
-            _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(w.add(kk * NR + 16 * NR + 16) as *const i8);
-            let w0 = _mm512_loadu_ps(w.add(kk * NR));
-            let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
-            for r in 0..8 {
-                let xv = _mm512_set1_ps(*x.add(kk * 8 + r));
-                acc0[r] = _mm512_fmadd_ps(xv, w0, acc0[r]);
-                acc1[r] = _mm512_fmadd_ps(xv, w1, acc1[r]);
-            }
-        }
-        for r in 0..rows {
-            let mut row = [0.0f32; NR];
-            _mm512_storeu_ps(row.as_mut_ptr(), acc0[r]);
-            _mm512_storeu_ps(row.as_mut_ptr().add(16), acc1[r]);
-            store_row(&row, t, &mut y[r * ldy..], cols);
         }
     }
 
-    /// AVX2 + FMA: tiles of MR rows x 32 columns (4 ymm per row).
+    /// AVX-512: one group of 8 interleaved rows (`t.x`, `[k][8]`) x one panel over the k
+    /// `steps`, accumulators in registers, starting from the partial sums in `y` unless
+    /// `steps` starts at 0, adding the bias if it ends at k.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn group_avx512(t: &Tile, steps: Range<usize>, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
+        let (x, w) = (t.x.as_ptr(), t.panel.as_ptr());
+        // Lanes of the two column vectors that are real columns of y: the masked loads and
+        // stores below touch only those of the `rows` real rows, all inside `y`.
+        let masks = [mask16(cols), mask16(cols.saturating_sub(16))];
+        let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+        if steps.start > 0 {
+            for (r, acc) in acc.iter_mut().enumerate().take(rows) {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_maskz_loadu_ps(masks[j], y.as_ptr().add(r * ldy + 16 * j));
+                }
+            }
+        }
+        let (k0, k1) = (steps.start, steps.end);
+        for (line, run) in prefetch_runs(t.prefetch, k1 - k0) {
+            prefetch_l2(line);
+            for kk in k0 + run.start..k0 + run.end {
+                let w0 = _mm512_loadu_ps(w.add(kk * NR));
+                let w1 = _mm512_loadu_ps(w.add(kk * NR + 16));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let xv = _mm512_set1_ps(*x.add(kk * 8 + r));
+                    acc[0] = _mm512_fmadd_ps(xv, w0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(xv, w1, acc[1]);
+                }
+            }
+        }
+        // Partial sums are stored as they are; the final ones plus the bias, or plus 0 as
+        // the AVX2 kernel does (-0 becomes +0), so that both levels give the same bits.
+        let last = k1 == t.k;
+        for (r, acc) in acc.iter().enumerate().take(rows) {
+            for (j, &a) in acc.iter().enumerate() {
+                let v = match t.bias {
+                    _ if !last => a,
+                    Some(b) => _mm512_add_ps(a, _mm512_maskz_loadu_ps(masks[j], b.as_ptr().add(16 * j))),
+                    None => _mm512_add_ps(a, _mm512_setzero_ps()),
+                };
+                _mm512_mask_storeu_ps(y.as_mut_ptr().add(r * ldy + 16 * j), masks[j], v);
+            }
+        }
+    }
+
+    /// The first `n` (at most 16) lanes.
+    fn mask16(n: usize) -> __mmask16 {
+        ((1u32 << n.min(16)) - 1) as __mmask16
+    }
+
+    /// AVX2 + FMA: the rows in tiles of 6 rows x 16 columns, 12 accumulators + 2 weight
+    /// vectors + 1 broadcast = 15 of the 16 ymm registers, each half panel (32 KiB at
+    /// k = 512) staying in L1 while all tiles of the rows walk it. 6 x 16 also loads the
+    /// fewest bytes per FMA (2 weight vectors + 6 broadcasts for 12 FMAs). The 1 to 5
+    /// leftover rows take narrower tiles that still keep 4 or more accumulators in flight.
+    /// Each tile fetches its share of `t.prefetch` into L2.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn panel_avx2(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
-        let mut r = 0;
-        while r + 3 <= rows {
-            tile_avx2::<3>(t, r, y, ldy, cols);
-            r += 3;
+        let halves = cols.div_ceil(16);
+        let full = rows / 6 * 6;
+        let left = rows - full;
+        // Two leftover rows or fewer take the whole panel at once, more half panels.
+        let left_tiles = match left {
+            0 => 0,
+            1 | 2 => 1,
+            _ => halves,
+        };
+        let tiles = halves * (full / 6) + left_tiles;
+        let mut done = 0;
+        let mut next = || {
+            done += 1;
+            Tile { prefetch: share(t.prefetch, done - 1, tiles), ..*t }
+        };
+        for c0 in (0..cols).step_by(16) {
+            for r0 in (0..full).step_by(6) {
+                tile_avx2::<6, 2>(&next(), r0, c0, y, ldy, cols);
+            }
         }
-        while r < rows {
-            tile_avx2::<1>(t, r, y, ldy, cols);
-            r += 1;
+        for c0 in (0..left_tiles).map(|i| 16 * i) {
+            let t = &next();
+            match left {
+                1 => tile_avx2::<1, 4>(t, full, c0, y, ldy, cols),
+                2 => tile_avx2::<2, 4>(t, full, c0, y, ldy, cols),
+                3 => tile_avx2::<3, 2>(t, full, c0, y, ldy, cols),
+                4 => tile_avx2::<4, 2>(t, full, c0, y, ldy, cols),
+                _ => tile_avx2::<5, 2>(t, full, c0, y, ldy, cols),
+            }
         }
     }
 
+    /// Rows `r0..r0 + MR` x columns `c0..c0 + 8 NV` of the panel (`cols` of it are real).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile_avx2<const MR: usize>(t: &Tile, r0: usize, y: &mut [f32], ldy: usize, cols: usize) {
-        let mut acc = [[_mm256_setzero_ps(); 4]; MR];
+    unsafe fn tile_avx2<const MR: usize, const NV: usize>(t: &Tile, r0: usize, c0: usize, y: &mut [f32], ldy: usize, cols: usize) {
+        let mut acc = [[_mm256_setzero_ps(); NV]; MR];
         let k = t.k;
         let x = t.x.as_ptr().add(r0 * k);
-        let w = t.panel.as_ptr();
-        for kk in 0..k {
-            let wv = [
-                _mm256_loadu_ps(w.add(kk * NR)),
-                _mm256_loadu_ps(w.add(kk * NR + 8)),
-                _mm256_loadu_ps(w.add(kk * NR + 16)),
-                _mm256_loadu_ps(w.add(kk * NR + 24)),
-            ];
-            for r in 0..MR {
-                let xv = _mm256_set1_ps(*x.add(r * k + kk));
-                for j in 0..4 {
-                    acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+        let w = t.panel.as_ptr().add(c0);
+        for (line, run) in prefetch_runs(t.prefetch, k) {
+            prefetch_l2(line);
+            for kk in run {
+                let mut wv = [_mm256_setzero_ps(); NV];
+                for (j, v) in wv.iter_mut().enumerate() {
+                    *v = _mm256_loadu_ps(w.add(kk * NR + 8 * j));
+                }
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let xv = _mm256_set1_ps(*x.add(r * k + kk));
+                    for (a, &v) in acc.iter_mut().zip(&wv) {
+                        *a = _mm256_fmadd_ps(xv, v, *a);
+                    }
                 }
             }
         }
-        for r in 0..MR {
-            let mut row = [0.0f32; NR];
-            for j in 0..4 {
-                _mm256_storeu_ps(row.as_mut_ptr().add(8 * j), acc[r][j]);
+        let width = (8 * NV).min(cols - c0);
+        for (r, acc) in acc.iter().enumerate() {
+            let y = y[(r0 + r) * ldy + c0..(r0 + r) * ldy + c0 + width].as_mut_ptr();
+            for (j, &a) in acc.iter().enumerate() {
+                let lanes = width.saturating_sub(8 * j).min(8);
+                if lanes == 0 {
+                    break;
+                }
+                let bias = t.bias.map_or(_mm256_setzero_ps(), |b| load8(b[c0 + 8 * j..].as_ptr(), lanes));
+                store8(y.add(8 * j), _mm256_add_ps(a, bias), lanes);
             }
-            store_row(&row, t, &mut y[(r0 + r) * ldy..], cols);
         }
+    }
+
+    /// Loads the first `lanes` floats at `p` (the others zero), reading nothing beyond.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load8(p: *const f32, lanes: usize) -> __m256 {
+        if lanes == 8 {
+            _mm256_loadu_ps(p)
+        } else {
+            _mm256_maskload_ps(p, mask8(lanes))
+        }
+    }
+
+    /// Stores the first `lanes` floats of `v` at `p`, writing nothing beyond.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store8(p: *mut f32, v: __m256, lanes: usize) {
+        if lanes == 8 {
+            _mm256_storeu_ps(p, v)
+        } else {
+            _mm256_maskstore_ps(p, mask8(lanes), v)
+        }
+    }
+
+    /// The first `lanes` (at most 8) lanes set.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn mask8(lanes: usize) -> __m256i {
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
     }
 }
 
@@ -292,15 +411,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_kernel_matches_the_naive_product() {
-        for &(m, n, k) in &[(1, 1, 1), (5, 33, 7), (9, 64, 16), (13, 70, 130), (100, 40, 3)] {
+    fn every_kernel_matches_the_naive_product_and_the_simd_ones_agree_bit_for_bit() {
+        // Every leftover row count of the AVX2 tiles, partial panels and half panels, k
+        // over one AVX-512 block and k = 0.
+        for &(m, n, k) in &[(1, 1, 1), (5, 33, 7), (9, 64, 16), (13, 70, 130), (100, 40, 3), (8, 50, 600), (17, 40, 513), (3, 20, 0)] {
             let x: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
             let w: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
             let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
             let packed = PackedMatrix::pack(&w, n, k);
+            let mut simd_bits = None;
             for isa in isa::available() {
                 let mut y = vec![f32::NAN; m * n];
                 isa::with_isa(isa, || matmul_packed(&x, &packed, Some(&bias), &mut y, m, 1));
+                // One FMA chain in k order per element at every SIMD level, whatever its tiles.
+                if isa.float_level() != FloatLevel::Scalar {
+                    let bits: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(simd_bits.get_or_insert_with(|| bits.clone()), &bits, "{isa:?} {m}x{n}x{k}");
+                }
                 for i in 0..m {
                     for j in 0..n {
                         let r: f32 = (0..k).map(|p| x[i * k + p] * w[j * k + p]).sum::<f32>() + bias[j];
