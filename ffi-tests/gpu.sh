@@ -11,6 +11,7 @@
 # the machine in target/release) and compiles the C programs with cc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset TOLK_DEVICE
 ROOT="$PWD"
 MODELS="${TOLK_MODELS:-$([ -d models/zh-en-ct2 ] && echo "$PWD/models" || echo "$PWD/../shared/models")}"
 DATA="${TOLK_DATA:-$([ -f data/dev-matthew.zh ] && echo "$PWD/data" || echo "$PWD/../shared/data")}"
@@ -62,11 +63,13 @@ same=$(identical "$OUT/cpu-f32.en" "$OUT/gpu-f32.en")
 bleu_f32=$(bleu "$OUT/gpu-f32.en" "$DATA/dev-matthew.en")
 echo "  float32: GPU = CPU on $same% of verses; GPU BLEU $bleu_f32, CPU BLEU $(bleu "$OUT/cpu-f32.en" "$DATA/dev-matthew.en")"
 check "float32 GPU output identical to CPU on >= 98% of verses ($same%)" "$same >= 98"
-if translate cuda float16 "$ZH_EN" "$DATA/dev-matthew.zh" "$OUT/gpu-f16.en" --beam 4; then
+# float16 (issue #11) is not implemented: the CUDA backend computes in float32. Reported,
+# not hidden: the run fails until it is.
+if translate cuda float16 "$ZH_EN" "$DATA/dev-matthew.zh" "$OUT/gpu-f16.en" --beam 4 2>"$OUT/f16.err"; then
     bleu_f16=$(bleu "$OUT/gpu-f16.en" "$DATA/dev-matthew.en")
     check "float16 BLEU $bleu_f16 within 0.3 of float32 $bleu_f32" "abs($bleu_f16 - $bleu_f32) <= 0.3"
 else
-    echo "FAIL float16 on the GPU"; failed=1
+    echo "FAIL float16 on the GPU: $(tail -1 "$OUT/f16.err")"; failed=1
 fi
 
 echo "== en-pt Bergamot, 500 verses"
@@ -77,12 +80,16 @@ bleu_gpu=$(bleu "$OUT/gpu.pt" "$DATA/dev-matthew.pt")
 check "Bergamot GPU BLEU $bleu_gpu within 0.3 of CPU $bleu_cpu" "abs($bleu_gpu - $bleu_cpu) <= 0.3"
 
 echo "== 1000 translator cycles"
-used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 || echo 0; }
-"$OUT/bin/cycles" "$ZH_EN" 10 >/dev/null # warm-up: kernels compiled, allocator primed
-before=$(used)
-"$OUT/bin/cycles" "$ZH_EN" 1000
-after=$(used)
-check "device memory back to baseline after 1000 cycles (${before} -> ${after} MiB)" "${after:-0} <= ${before:-0} + 16"
+used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1; }
+# cycles pauses after its warm-up ("ready") and after the 1000 cycles ("done"), with its
+# model alive, so the device memory is read inside one process.
+coproc CYCLES { "$OUT/bin/cycles" "$ZH_EN" 1000; }
+read -r line <&"${CYCLES[0]}"; [ "$line" = ready ] || { echo "FAIL cycles: $line"; exit 1; }
+before=$(used); echo >&"${CYCLES[1]}"
+read -r line <&"${CYCLES[0]}"; [ "$line" = done ] || { echo "FAIL cycles: $line"; exit 1; }
+after=$(used); echo >&"${CYCLES[1]}"
+wait "$CYCLES_PID"
+check "device memory back to baseline after 1000 cycles (${before:-?} -> ${after:-?} MiB)" "${after:-1} <= ${before:-0} + 16"
 
 echo "outputs in $OUT"
 exit $failed

@@ -32,6 +32,10 @@ else
     echo "nvidia-cuda-nvrtc-cu12 not installed: the CUDA kernel compilation test will say so and pass" >&2
 fi
 
+# The tests compare CPU results with CPU oracles: "auto" must not pick a GPU where there is
+# one (ffi-tests/gpu.sh checks the GPU).
+export TOLK_DEVICE=cpu
+
 echo "== cargo build (release library, examples)"
 cargo build --release --lib --examples
 

@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use backend::{ComputeType, Device, DeviceRequest};
+use backend::SavedPrecision;
 use format::package::ModelPackage;
 pub use error::{Error, ErrorKind, Result};
 pub use text::{SplitMode, TextOptions, TextTranslation, Tokenizer, TokenizerFiles};
@@ -109,7 +110,7 @@ impl Model {
     pub fn load_with_options(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
         let package = ModelPackage::detect(path)?;
-        let device = Device::select(options.device, options.device_index)?;
+        let device = select_device(options.device, options.device_index, options.compute_type)?;
         let inner = load_family(&package, options.compute_type, &device)?;
         // Named files override what the package has, side by side; a package file that
         // does not load leaves the model without a tokenizer (token translation still works)
@@ -159,6 +160,32 @@ impl Model {
     }
 }
 
+/// The device for a request: `Auto` with an integer compute type (int8, int16) means the
+/// CPU, whose kernels those are; otherwise as [`Device::select`] decides.
+/// `TOLK_DEVICE=cpu|cuda|auto` stands for `Auto` (as `TOLK_CPU_ISA` lowers the CPU level):
+/// a test run or an application pins the device without changing code.
+fn select_device(request: DeviceRequest, index: usize, compute_type: ComputeType) -> Result<Device> {
+    let request = match (request, std::env::var("TOLK_DEVICE")) {
+        (DeviceRequest::Auto, Ok(name)) if !name.is_empty() => {
+            DeviceRequest::parse(&name).map_err(|e| Error::invalid_argument(format!("TOLK_DEVICE: {}", e.message)))?
+        }
+        (request, _) => request,
+    };
+    match (request, compute_type) {
+        (DeviceRequest::Auto, ComputeType::Int8 | ComputeType::Int16) => Ok(Device::Cpu),
+        (request, _) => Device::select(request, index),
+    }
+}
+
+/// The compute type a model loaded with `requested` gets on `device` (concrete).
+fn resolve_compute_type(requested: ComputeType, saved: SavedPrecision, device: &Device) -> ComputeType {
+    match (device, requested) {
+        // The CUDA backend computes in float32 whatever the weights are saved as.
+        (Device::Cuda(_), ComputeType::Default | ComputeType::Auto) => ComputeType::Float32,
+        (_, requested) => requested.resolve(saved),
+    }
+}
+
 /// Loads a model of the family its files say it is, on `device`.
 fn load_family(package: &ModelPackage, compute_type: ComputeType, device: &Device) -> Result<Arc<dyn model::TranslationModel>> {
     match device {
@@ -166,8 +193,8 @@ fn load_family(package: &ModelPackage, compute_type: ComputeType, device: &Devic
         Device::Cuda(info) => {
             // The CUDA backend computes in float32 (weights stored as int8/int16 are
             // dequantized once when uploaded); integer products are the CPU's.
-            let compute_type = match compute_type {
-                ComputeType::Default | ComputeType::Auto | ComputeType::Float32 => ComputeType::Float32,
+            let compute_type = match resolve_compute_type(compute_type, SavedPrecision::Float, device) {
+                ComputeType::Float32 => ComputeType::Float32,
                 other => {
                     return Err(Error::unsupported(format!(
                         "compute type {} runs on the CPU only: the CUDA backend computes in float32",
@@ -252,21 +279,16 @@ impl Translator {
         };
         let device = match config.device {
             None => model.device.clone(),
-            Some(request) => Device::select(request, config.device_index.unwrap_or(model_index))?,
+            Some(request) => select_device(request, config.device_index.unwrap_or(model_index), config.compute_type)?,
         };
-        // A compute type or device other than the model's loads the weights again, converted.
-        let resolved = config.compute_type.resolve(model.inner.saved_precision());
-        let same_type = config.compute_type == ComputeType::Default || resolved == model.compute_type();
-        let weights = if same_type && device.same_as(&model.device) {
+        // A compute type or device other than the model's loads the weights again, converted
+        // ("default" keeps the model's type on its device and lets another device choose).
+        let same_device = device.same_as(&model.device);
+        let resolved = resolve_compute_type(config.compute_type, model.inner.saved_precision(), &device);
+        let weights = if same_device && (config.compute_type == ComputeType::Default || resolved == model.compute_type()) {
             Arc::clone(&model.inner)
         } else {
-            // "default" on another device lets that device choose (the GPU computes in float32).
-            let compute_type = match config.compute_type {
-                ComputeType::Default if !device.same_as(&model.device) => ComputeType::Default,
-                _ if same_type => model.compute_type(),
-                _ => resolved,
-            };
-            load_family(&ModelPackage::detect(&model.package.path)?, compute_type, &device)?
+            load_family(&ModelPackage::detect(&model.package.path)?, resolved, &device)?
         };
         Ok(Translator {
             inner: translator::Translator::new(weights, config.intra_threads)?,

@@ -813,6 +813,7 @@ def test_a_driver_without_a_usable_gpu_is_a_clean_error(tolk, sinusoid, tmp_path
             print("auto", m.device)
     """) % (os.path.dirname(tolk.__file__), sinusoid.path, sinusoid.path)
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), RUST_BACKTRACE="1")
+    env.pop("TOLK_DEVICE", None)  # "auto" must probe the driver here
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
