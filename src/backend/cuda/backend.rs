@@ -60,9 +60,12 @@ impl CudaBackend {
     fn ensure(&self, buf: &mut DeviceBuffer, len: usize) {
         let capacity = grown_capacity(buf.capacity(), len.max(1));
         if capacity > buf.capacity() {
-            buf.data = None; // freed (stream-ordered) before the new allocation
-                             // SAFETY: the contents are undefined until written; every operation writes the
-                             // `len` floats it sizes before anything reads them.
+            // Freed (stream-ordered) before the new allocation, with the context current:
+            // cudarc's free does not bind it (see `memory::make_current`).
+            self.bind();
+            buf.data = None;
+            // SAFETY: the contents are undefined until written; every operation writes the
+            // `len` floats it sizes before anything reads them.
             buf.data = Some(check(unsafe { self.dev().stream.alloc::<f32>(capacity) }, "allocating device memory"));
         }
         buf.len = len;
@@ -308,6 +311,9 @@ impl Backend for CudaBackend {
             assert!(beta.len >= d, "CUDA backend: layer norm beta of {} values for width {d}", beta.len);
         }
         let rows = x.len() / d;
+        if rows == 0 {
+            return; // fewer floats than one row: no full row to normalize (and no empty grid)
+        }
         let dev = self.dev();
         let (d_i, mode) = (to_i32(d), beta.is_none() as i32);
         let beta = beta.map_or(&gamma.data, |b| &b.data);
@@ -380,7 +386,8 @@ impl Backend for CudaBackend {
         let dev = self.dev();
         let (table_data, sinusoid, start, increment, bound) = match table {
             PositionTable::Table(t) => {
-                assert!(t.row_len >= dim, "CUDA backend: position table rows of {} for width {dim}", t.row_len);
+                // The kernel reads row `p` at `p * dim`: the table's rows must be `dim` wide.
+                assert!(t.row_len == dim, "CUDA backend: position table rows of {} for width {dim}", t.row_len);
                 (&t.data, 0i32, 0u32, 0.0f32, t.len / t.row_len.max(1))
             }
             // The CPU's frequency step, computed here in the same float32 arithmetic.
@@ -575,61 +582,91 @@ impl Backend for CudaBackend {
     }
 }
 
-/// Runs a small product (cuBLAS, with bias and ReLU) and a layer norm, and compares them
-/// with the same arithmetic on the host: whether the device really computes.
-pub(super) fn smoke_test(backend: &CudaBackend) -> Result<()> {
-    let (rows, n, k) = (3usize, 5usize, 7usize);
-    let x: Vec<f32> = (0..rows * k).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.25).collect();
-    let w: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 13) as f32 - 6.0) * 0.125).collect();
-    let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 1.0).collect();
-    let gamma: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.1).collect();
-    let beta: Vec<f32> = (0..n).map(|i| i as f32 * -0.05).collect();
-    let mut expected = reference::linear(&x, &w, &bias, rows, n, k, true);
-    reference::layer_norm(&mut expected, &gamma, &beta, 1e-5);
+/// The largest difference between `got` and `expected`, relative to `max(1, |expected|)`;
+/// infinite when the lengths differ or any value is NaN (a NaN anywhere fails the check).
+fn worst_error(got: &[f32], expected: &[f32]) -> f32 {
+    if got.len() != expected.len() {
+        return f32::INFINITY;
+    }
+    got.iter().zip(expected).fold(0.0f32, |worst, (&g, &e)| {
+        let err = (g - e).abs() / e.abs().max(1.0);
+        if err.is_nan() {
+            f32::INFINITY
+        } else {
+            worst.max(err)
+        }
+    })
+}
 
+/// Runs a few operations on the device and the same ones through [`CpuBackend`](crate::backend::cpu::CpuBackend),
+/// and compares: whether the device really computes, in float32. The inputs are not
+/// dyadic (thirds and sevenths), so a product in a reduced precision (TF32) would differ
+/// by far more than the tolerance. Covers cuBLAS (a product with bias and ReLU), the
+/// layer norm, embedding and row-gathering kernels and the attention kernel.
+pub(super) fn smoke_test(backend: &CudaBackend) -> Result<()> {
+    use crate::backend::cpu::CpuBackend;
+    const TOLERANCE: f32 = 1e-4;
+    let cpu = CpuBackend;
+    let ctx = Ctx::default();
     let tensor = |v: &[f32], shape: Vec<usize>| Arc::new(Tensor::from_vec(v.to_vec(), shape));
-    let weight = backend.matrix(MatrixData::Float(tensor(&w, vec![n, k])), n, k, ComputeType::Float32)?;
-    let (bias_v, gamma_v, beta_v) =
-        (backend.vector(tensor(&bias, vec![n]))?, backend.vector(tensor(&gamma, vec![n]))?, backend.vector(tensor(&beta, vec![n]))?);
-    let input = backend.buffer_from_host(&x);
-    let mut out = DeviceBuffer::default();
-    backend.linear(&Ctx::default(), &input, rows, &weight, Some(&bias_v), true, &mut out);
-    backend.layer_norm(&mut out, &gamma_v, Some(&beta_v), 1e-5, FloatOrder::default());
-    let mut got = Vec::new();
-    backend.logits_to_host(&mut out, &mut got);
-    let worst = expected.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f32, |m, e| if e.is_nan() { e } else { m.max(e) });
-    if got.len() != expected.len() || worst.is_nan() || worst > 1e-4 {
+    let values = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len).map(|i| ((i * 7 + seed * 5) % 11) as f32 / 3.0 - 1.6 + (i % 5) as f32 / 7.0).collect()
+    };
+    let mut failures = Vec::new();
+    let mut compare = |what: &str, got: &mut DeviceBuffer, expected: &[f32]| {
+        let mut host = Vec::new();
+        backend.logits_to_host(got, &mut host);
+        let worst = worst_error(&host, expected);
+        // `worst_error` is infinite for a NaN, so any NaN fails here.
+        if worst.is_nan() || worst > TOLERANCE {
+            failures.push(format!("{what} differs from the CPU's by {worst}"));
+        }
+    };
+
+    // product (+ bias, ReLU; a TF32 product would be off by ~1e-3 here), then layer norm
+    let (rows, n, k) = (3usize, 5usize, 7usize);
+    let (x, w, bias) = (values(rows * k, 1), values(n * k, 2), values(n, 3));
+    let (gamma, beta) = (values(n, 4), values(n, 5));
+    let gw = backend.matrix(MatrixData::Float(tensor(&w, vec![n, k])), n, k, ComputeType::Float32)?;
+    let cw = cpu.matrix(MatrixData::Float(tensor(&w, vec![n, k])), n, k, ComputeType::Float32)?;
+    let (cb, cg, cbeta) = (tensor(&bias, vec![n]), tensor(&gamma, vec![n]), tensor(&beta, vec![n]));
+    let (gb, gg, gbeta) = (backend.vector(cb.clone())?, backend.vector(cg.clone())?, backend.vector(cbeta.clone())?);
+    let mut got = DeviceBuffer::default();
+    let mut expected = Vec::new();
+    backend.linear(&ctx, &backend.buffer_from_host(&x), rows, &gw, Some(&gb), true, &mut got);
+    cpu.linear(&ctx, &x, rows, &cw, Some(&cb), true, &mut expected);
+    compare("a product", &mut got, &expected);
+    backend.layer_norm(&mut got, &gg, Some(&gbeta), 1e-5, FloatOrder::default());
+    cpu.layer_norm(&mut expected, &cg, Some(&cbeta), 1e-5, FloatOrder::default());
+    compare("a layer norm", &mut got, &expected);
+
+    // embedding: from a table (scaled), and from rows gathered out of a weight
+    let (vocab, dim) = (6usize, 4usize);
+    let table = tensor(&values(vocab * dim, 6), vec![vocab, dim]);
+    let gt = backend.vector(table.clone())?;
+    let ids = [5u32, 0, 2, 5];
+    backend.embed(EmbeddingRows::Dense(&gt), dim, &ids, Some(1.5), &mut got);
+    cpu.embed(EmbeddingRows::Dense(&table), dim, &ids, Some(1.5), &mut expected);
+    compare("an embedding", &mut got, &expected);
+    let (gs, cs) = (backend.gather_rows(&gw, &[4, 1, 3]), cpu.gather_rows(&cw, &[4, 1, 3]));
+    backend.embed(EmbeddingRows::Packed(&gs), k, &[2, 0, 1, 0], None, &mut got);
+    cpu.embed(EmbeddingRows::Packed(&cs), k, &[2, 0, 1, 0], None, &mut expected);
+    compare("rows gathered from a weight", &mut got, &expected);
+
+    // attention: 2 query rows over 3 keys, 2 heads
+    let shape = AttentionShape { num_heads: 2, dim: 4, order: FloatOrder::default() };
+    let layout = SequenceLayout::new(vec![3]);
+    let (query, memory_kv) = (values(2 * 4, 7), values(3 * 2 * 4, 8));
+    backend.memory_attention(&backend.buffer_from_host(&query), &backend.buffer_from_host(&memory_kv), &layout, &[0, 0], shape, &mut got);
+    cpu.memory_attention(&query, &memory_kv, &layout, &[0, 0], shape, &mut expected);
+    compare("an attention", &mut got, &expected);
+
+    if !failures.is_empty() {
         return Err(Error::unsupported(format!(
-            "CUDA device {} computes wrong results (a test product and layer norm differ from the CPU's by {worst})",
-            backend.info().index
+            "CUDA device {} computes wrong results: {}",
+            backend.info().index,
+            failures.join("; ")
         )));
     }
     Ok(())
-}
-
-/// The host arithmetic the smoke test (and the tests) compare with.
-pub(super) mod reference {
-    pub fn linear(x: &[f32], w: &[f32], bias: &[f32], rows: usize, n: usize, k: usize, relu: bool) -> Vec<f32> {
-        let mut out = vec![0.0f32; rows * n];
-        for r in 0..rows {
-            for j in 0..n {
-                let dot: f32 = (0..k).map(|i| x[r * k + i] * w[j * k + i]).sum();
-                let v = dot + bias[j];
-                out[r * n + j] = if relu { v.max(0.0) } else { v };
-            }
-        }
-        out
-    }
-
-    pub fn layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], epsilon: f32) {
-        let d = gamma.len();
-        for row in x.chunks_exact_mut(d) {
-            let mean = row.iter().sum::<f32>() / d as f32;
-            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-            let rstd = 1.0 / (var + epsilon).sqrt();
-            for ((v, g), b) in row.iter_mut().zip(gamma).zip(beta) {
-                *v = (*v - mean) * rstd * g + b;
-            }
-        }
-    }
 }

@@ -67,6 +67,30 @@ pub(crate) fn check_libraries() -> Result<()> {
     Ok(())
 }
 
+/// Sets the device's default memory pool (the one cudarc's stream-ordered allocations use)
+/// to keep the memory freed into it instead of returning it to the driver at every
+/// synchronization: buffers freed and reallocated between decoding steps then reuse it.
+/// Only an optimization: a device or driver that refuses it (no memory pools) is left as
+/// it is.
+fn keep_freed_memory(ctx: &CudaContext) {
+    use cudarc::driver::sys::{cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute, CUmemPool_attribute, CUmemoryPool};
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: the device handle comes from the live context; `pool` is written by the call.
+    if unsafe { cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) } != CUresult::CUDA_SUCCESS || pool.is_null() {
+        return;
+    }
+    let mut threshold = u64::MAX;
+    // SAFETY: the pool is the device's own; the release threshold attribute takes a
+    // pointer to a `cuuint64_t`, read during the call.
+    let _ = unsafe {
+        cuMemPoolSetAttribute(
+            pool,
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast::<std::ffi::c_void>(),
+        )
+    };
+}
+
 impl Device {
     /// Opens GPU `index`: context, stream, cuBLAS, kernels compiled for its architecture.
     /// The libraries must have been checked ([`check_libraries`]).
@@ -92,7 +116,15 @@ impl Device {
         let total_memory = unsafe { cudarc::driver::result::device::total_mem(ctx.cu_device()) }
             .map_err(|e| driver_error("could not read the CUDA device's memory size", e))?;
         let info = DeviceInfo { index, name, compute_capability: (major, minor), total_memory };
+        keep_freed_memory(&ctx);
 
+        if major < kernels::MIN_COMPUTE_CAPABILITY.0 {
+            let (min_major, min_minor) = kernels::MIN_COMPUTE_CAPABILITY;
+            return Err(Error::unsupported(format!(
+                "CUDA device {index} ({}) has compute capability {major}.{minor}; Tolk needs {min_major}.{min_minor} or later",
+                info.name
+            )));
+        }
         let arch = kernels::arch_for(info.compute_capability);
         let ptx = kernels::compile(arch)?;
         let module = ctx.load_module(ptx).map_err(|e| match e.0 {

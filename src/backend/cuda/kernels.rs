@@ -36,6 +36,9 @@ pub fn activation_code(activation: crate::backend::Activation) -> i32 {
     }
 }
 
+/// The oldest compute capability the kernels are compiled for (`compute_50`, Maxwell).
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (5, 0);
+
 /// The virtual architecture the kernels are compiled for on a device of compute
 /// capability `cc`: PTX runs on any later GPU (the driver JIT-compiles it), and the kernels
 /// use nothing newer than Volta offers.
@@ -44,6 +47,7 @@ pub fn arch_for(cc: (i32, i32)) -> &'static str {
         (major, _) if major >= 8 => "compute_80",
         (7, minor) if minor >= 5 => "compute_75",
         (7, _) => "compute_70",
+        (5, 0) => "compute_50",
         _ => "compute_52",
     }
 }

@@ -3,6 +3,32 @@
 //! rules they follow.
 use cudarc::driver::CudaSlice;
 
+/// Makes the context `slice` was allocated in current on this thread, so that dropping it
+/// frees it there: cudarc's `CudaSlice::drop` calls `cuMemFreeAsync` without binding a
+/// context, and on a thread where none (or another) is current the free fails, leaking the
+/// memory and leaving an error that poisons the context's later calls. Errors are ignored
+/// (a destructor cannot report them; the free itself records its own).
+fn make_current(slice: &CudaSlice<f32>) {
+    let ctx = slice.context().cu_ctx();
+    // SAFETY: `ctx` is the slice's own context, alive while the slice holds it (the slice
+    // keeps an `Arc` of its stream, which keeps the context).
+    unsafe {
+        if !matches!(cudarc::driver::result::ctx::get_current(), Ok(Some(current)) if current == ctx) {
+            let _ = cudarc::driver::result::ctx::set_current(ctx);
+        }
+    }
+}
+
+/// Drops the slices with their context current (see [`make_current`]).
+fn drop_slices<'a>(slices: impl IntoIterator<Item = &'a mut Option<CudaSlice<f32>>>) {
+    for slot in slices {
+        if let Some(slice) = slot.take() {
+            make_current(&slice);
+            drop(slice);
+        }
+    }
+}
+
 /// Activations `[rows, cols]` in device memory: the first `len` floats of `data`. Empty
 /// (no allocation, no device) by default. The allocation only grows (see
 /// [`grown_capacity`]), so a decoder step reuses the previous step's memory.
@@ -34,6 +60,12 @@ impl DeviceBuffer {
 
     pub(crate) fn slice_mut(&mut self) -> &mut CudaSlice<f32> {
         self.data.as_mut().expect("CUDA backend: an operation wrote a buffer that was never sized")
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        drop_slices([&mut self.data]);
     }
 }
 
@@ -77,6 +109,13 @@ impl DeviceMatrix {
     }
 }
 
+impl Drop for DeviceMatrix {
+    fn drop(&mut self) {
+        // The slice itself is dropped after this, with its context current.
+        make_current(&self.data);
+    }
+}
+
 /// A float32 parameter in device memory: `len` floats, rows of `row_len` (a table) or one
 /// row (a bias or gain). Empty vectors (`len == 0`) hold a one-float allocation.
 pub struct DeviceVector {
@@ -99,6 +138,12 @@ impl DeviceVector {
     }
 }
 
+impl Drop for DeviceVector {
+    fn drop(&mut self) {
+        make_current(&self.data);
+    }
+}
+
 /// One decoder layer's self-attention keys and values: row `r`'s step `t` at
 /// `(r * capacity + t) * dim` in `keys` and `values`. Allocated at the first step (when
 /// the width is known) and regrown by [`grown_steps`].
@@ -114,7 +159,7 @@ pub struct DeviceKvCache {
 
 impl DeviceKvCache {
     pub fn new(rows: usize) -> DeviceKvCache {
-        DeviceKvCache { rows, ..Default::default() }
+        DeviceKvCache { keys: None, values: None, rows, steps: 0, capacity: 0, dim: 0 }
     }
 
     /// Rows (hypotheses) cached.
@@ -130,6 +175,12 @@ impl DeviceKvCache {
     /// Steps per row the allocation holds.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+}
+
+impl Drop for DeviceKvCache {
+    fn drop(&mut self) {
+        drop_slices([&mut self.keys, &mut self.values]);
     }
 }
 

@@ -58,7 +58,7 @@ fn kernels_compile_with_nvrtc() {
         println!("no NVRTC: kernel compilation not checked");
         return;
     }
-    for arch in ["compute_52", "compute_70", "compute_75", "compute_80"] {
+    for arch in ["compute_50", "compute_52", "compute_70", "compute_75", "compute_80"] {
         let ptx = kernels::compile(arch).unwrap_or_else(|e| panic!("{e}"));
         let text = ptx.to_src();
         for name in KERNEL_NAMES {
@@ -90,6 +90,8 @@ fn architecture_per_compute_capability() {
     assert_eq!(kernels::arch_for((7, 5)), "compute_75");
     assert_eq!(kernels::arch_for((7, 0)), "compute_70");
     assert_eq!(kernels::arch_for((6, 1)), "compute_52");
+    assert_eq!(kernels::arch_for((5, 2)), "compute_52");
+    assert_eq!(kernels::arch_for((5, 0)), "compute_50");
 }
 
 #[test]
@@ -278,7 +280,9 @@ fn operations_match_the_cpu_backend() {
     cpu.embed(EmbeddingRows::Dense(&table), d, &tokens, None, &mut ce);
     gpu.add_positions(&mut ge, d, PositionTable::Sinusoidal { start: 2 }, &positions);
     cpu.add_positions(&mut ce, d, PositionTable::Sinusoidal { start: 2 }, &positions);
-    assert_close(&host(&gpu, &mut ge), &ce, 1e-5, "sinusoids");
+    // CUDA's expf may be 1 ulp off glibc's: a frequency 1 ulp off moves the angle at
+    // position 302 by ~2e-5.
+    assert_close(&host(&gpu, &mut ge), &ce, 1e-4, "sinusoids");
     gpu.add_positions(&mut ge, d, PositionTable::Table(&gt), &[1, 2, 3, 19]);
     cpu.add_positions(&mut ce, d, PositionTable::Table(&table), &[1, 2, 3, 19]);
     assert_close(&host(&gpu, &mut ge), &ce, 1e-5, "position table");
