@@ -117,17 +117,21 @@ mod peak {
         /// 12 independent accumulators updated by `$op` each iteration, inputs opaque to the
         /// compiler so nothing is folded away.
         macro_rules! peak_loop {
-            ($name:ident, $feat:literal, $vec:ty, $zero:expr, $a:expr, $b:expr, |$acc:ident, $x:ident, $y:ident| $op:expr, |$s:ident| $sum:expr) => {
+            ($name:ident, $feat:literal, $vec:ty, $class:ident, $zero:expr, $a:expr, $b:expr, |$acc:ident, $x:ident, $y:ident| $op:expr, |$s:ident| $sum:expr) => {
                 #[target_feature(enable = $feat)]
                 pub unsafe fn $name(iters: usize) -> i64 {
-                    let $x: $vec = black_box($a);
+                    let x: $vec = black_box($a);
                     let $y: $vec = black_box($b);
                     let mut accs = [$zero; 12];
                     for _ in 0..iters {
-                        // Opaque each iteration: products of loop-invariant inputs would
-                        // otherwise be hoisted out of the loop.
-                        let $x = black_box($x);
                         for $acc in accs.iter_mut() {
+                            // Opaque for every accumulator, in a register (`black_box` would
+                            // go through memory): where `$op` multiplies `x` and `y` apart from
+                            // the accumulator (`vpmaddubsw` + `vpmaddwd`, then `vpaddd`), the
+                            // product would otherwise be computed once and shared by all 12,
+                            // and the loop would time the additions alone.
+                            let mut $x = x;
+                            std::arch::asm!("/* {0} */", inout($class) $x, options(nomem, nostack, preserves_flags));
                             *$acc = $op;
                         }
                     }
@@ -140,25 +144,25 @@ mod peak {
             };
         }
 
-        peak_loop!(fma512, "avx512f", __m512, _mm512_set1_ps(1.0), _mm512_set1_ps(0.999), _mm512_set1_ps(1e-3),
+        peak_loop!(fma512, "avx512f", __m512, zmm_reg, _mm512_set1_ps(1.0), _mm512_set1_ps(0.999), _mm512_set1_ps(1e-3),
             |acc, x, y| _mm512_fmadd_ps(*acc, x, y), |s| _mm512_reduce_add_ps(s) as i64);
-        peak_loop!(fma256, "avx2,fma", __m256, _mm256_set1_ps(1.0), _mm256_set1_ps(0.999), _mm256_set1_ps(1e-3),
+        peak_loop!(fma256, "avx2,fma", __m256, ymm_reg, _mm256_set1_ps(1.0), _mm256_set1_ps(0.999), _mm256_set1_ps(1e-3),
             |acc, x, y| _mm256_fmadd_ps(*acc, x, y), |s| _mm256_cvtss_f32(s) as i64);
-        peak_loop!(vnni512, "avx512f,avx512bw,avx512vnni", __m512i, _mm512_setzero_si512(), _mm512_set1_epi8(3), _mm512_set1_epi8(-2),
+        peak_loop!(vnni512, "avx512f,avx512bw,avx512vnni", __m512i, zmm_reg, _mm512_setzero_si512(), _mm512_set1_epi8(3), _mm512_set1_epi8(-2),
             |acc, x, y| _mm512_dpbusd_epi32(*acc, x, y), |s| _mm512_reduce_add_epi32(s) as i64);
-        peak_loop!(vnni512_i16, "avx512f,avx512bw,avx512vnni", __m512i, _mm512_setzero_si512(), _mm512_set1_epi16(3), _mm512_set1_epi16(-2),
+        peak_loop!(vnni512_i16, "avx512f,avx512bw,avx512vnni", __m512i, zmm_reg, _mm512_setzero_si512(), _mm512_set1_epi16(3), _mm512_set1_epi16(-2),
             |acc, x, y| _mm512_dpwssd_epi32(*acc, x, y), |s| _mm512_reduce_add_epi32(s) as i64);
-        peak_loop!(maddubs512, "avx512f,avx512bw", __m512i, _mm512_setzero_si512(), _mm512_set1_epi8(3), _mm512_set1_epi8(-2),
+        peak_loop!(maddubs512, "avx512f,avx512bw", __m512i, zmm_reg, _mm512_setzero_si512(), _mm512_set1_epi8(3), _mm512_set1_epi8(-2),
             |acc, x, y| _mm512_add_epi32(*acc, _mm512_madd_epi16(_mm512_maddubs_epi16(x, y), _mm512_set1_epi16(1))), |s| _mm512_reduce_add_epi32(s) as i64);
-        peak_loop!(madd512, "avx512f,avx512bw", __m512i, _mm512_setzero_si512(), _mm512_set1_epi16(3), _mm512_set1_epi16(-2),
+        peak_loop!(madd512, "avx512f,avx512bw", __m512i, zmm_reg, _mm512_setzero_si512(), _mm512_set1_epi16(3), _mm512_set1_epi16(-2),
             |acc, x, y| _mm512_add_epi32(*acc, _mm512_madd_epi16(x, y)), |s| _mm512_reduce_add_epi32(s) as i64);
-        peak_loop!(vnni256, "avx2,fma,avxvnni", __m256i, _mm256_setzero_si256(), _mm256_set1_epi8(3), _mm256_set1_epi8(-2),
+        peak_loop!(vnni256, "avx2,fma,avxvnni", __m256i, ymm_reg, _mm256_setzero_si256(), _mm256_set1_epi8(3), _mm256_set1_epi8(-2),
             |acc, x, y| _mm256_dpbusd_avx_epi32(*acc, x, y), |s| _mm256_extract_epi32::<0>(s) as i64);
-        peak_loop!(vnni256_i16, "avx2,fma,avxvnni", __m256i, _mm256_setzero_si256(), _mm256_set1_epi16(3), _mm256_set1_epi16(-2),
+        peak_loop!(vnni256_i16, "avx2,fma,avxvnni", __m256i, ymm_reg, _mm256_setzero_si256(), _mm256_set1_epi16(3), _mm256_set1_epi16(-2),
             |acc, x, y| _mm256_dpwssd_avx_epi32(*acc, x, y), |s| _mm256_extract_epi32::<0>(s) as i64);
-        peak_loop!(maddubs256, "avx2,fma", __m256i, _mm256_setzero_si256(), _mm256_set1_epi8(3), _mm256_set1_epi8(-2),
+        peak_loop!(maddubs256, "avx2,fma", __m256i, ymm_reg, _mm256_setzero_si256(), _mm256_set1_epi8(3), _mm256_set1_epi8(-2),
             |acc, x, y| _mm256_add_epi32(*acc, _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))), |s| _mm256_extract_epi32::<0>(s) as i64);
-        peak_loop!(madd256, "avx2,fma", __m256i, _mm256_setzero_si256(), _mm256_set1_epi16(3), _mm256_set1_epi16(-2),
+        peak_loop!(madd256, "avx2,fma", __m256i, ymm_reg, _mm256_setzero_si256(), _mm256_set1_epi16(3), _mm256_set1_epi16(-2),
             |acc, x, y| _mm256_add_epi32(*acc, _mm256_madd_epi16(x, y)), |s| _mm256_extract_epi32::<0>(s) as i64);
     }
 }

@@ -11,9 +11,12 @@
 //! products per 32-bit lane). The VNNI kernels need an unsigned left operand, so they read
 //! `x + 128` and subtract the per-column compensation `128 * Σk w` precomputed at packing.
 //! Without VNNI, `vpmaddubsw` would saturate its 16-bit pair sums on `x + 128`, so the
-//! AVX2 and AVX-512BW kernels keep `x` signed and multiply `|x|` by `w` carrying the sign of
-//! `x` (products <= 127 * 127, pair sums < 2^15): every path is exact and all of them give
-//! bit-identical results.
+//! AVX2 and AVX-512BW kernels keep `x` signed and move the sign of one operand onto the other
+//! (products <= 127 * 127, pair sums < 2^15): AVX2 multiplies `|x|` by `vpsignb(w, x)`,
+//! AVX-512BW (which has no `vpsignb`) `|w|` by `x` negated where `w` is negative, its mask
+//! and `|w|` made once per k step for all eight rows. `|x|` and `-x` are precomputed with the
+//! activations, and groups of rows with no negative value (after a ReLU) skip the sign work.
+//! Every path is exact and all of them give bit-identical results.
 use super::isa::{self, Isa};
 use super::OutPtr;
 
@@ -213,12 +216,38 @@ impl PackedI8Matrix {
     }
 }
 
+/// The second form of each activation byte a kernel reads besides `x` (see the module doc).
+#[derive(Clone, Copy, PartialEq)]
+enum Companion {
+    None,
+    /// `|x|`, the unsigned operand of the AVX2 kernel.
+    Magnitude,
+    /// `-x`, blended with `x` by the AVX-512BW kernel.
+    Negation,
+}
+
+impl Companion {
+    /// What the kernel of `isa` reads (intgemm's emulation reads `x + 127` alone).
+    fn of(isa: Isa, intgemm: bool) -> Companion {
+        match isa {
+            _ if intgemm => Companion::None,
+            Isa::Avx2 => Companion::Magnitude,
+            Isa::Avx512Bw => Companion::Negation,
+            _ => Companion::None,
+        }
+    }
+}
+
 /// Activations quantized per row, interleaved by groups of `MR` rows (`[k/4][MR][4]` bytes
 /// per group), shifted to u8 for the VNNI kernels. Rows past `m` in the last group are
 /// stale and never stored.
 #[derive(Default)]
 struct QuantizedRows {
     data: Vec<u8>,
+    /// `data` in its [`Companion`] form, same layout (filled only for the kernels that read it).
+    companion: Vec<u8>,
+    /// Per group: whether its rows hold no negative value (filled with `companion`).
+    nonnegative: Vec<bool>,
     /// `1 / scale_x` per row.
     inv_scales: Vec<f32>,
     kp: usize,
@@ -227,6 +256,10 @@ struct QuantizedRows {
 impl QuantizedRows {
     fn group(&self, g: usize) -> &[u8] {
         &self.data[g * self.kp * MR..(g + 1) * self.kp * MR]
+    }
+
+    fn companion_group(&self, g: usize) -> &[u8] {
+        &self.companion[g * self.kp * MR..(g + 1) * self.kp * MR]
     }
 
     fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool, fixed_scale: Option<f32>, intgemm: bool) {
@@ -251,6 +284,53 @@ impl QuantizedRows {
             };
         }
     }
+
+    /// Derives `companion` from the `m` rows of `data` and marks the groups without negative
+    /// values.
+    fn fill_companion(&mut self, m: usize, companion: Companion) {
+        if companion == Companion::None {
+            return;
+        }
+        let (groups, size) = (m.div_ceil(MR), self.kp * MR);
+        if self.companion.len() < groups * size {
+            self.companion.resize(groups * size, 0);
+        }
+        self.nonnegative.clear();
+        for g in 0..groups {
+            let (group, out) = (&self.data[g * size..(g + 1) * size], &mut self.companion[g * size..(g + 1) * size]);
+            let live = MR.min(m - g * MR);
+            self.nonnegative.push(derive_companion(group, out, companion == Companion::Magnitude, live));
+        }
+    }
+}
+
+/// `|x|` (`magnitude`) or `-x` of one interleaved row group into `out`; returns whether its
+/// first `live` rows hold no negative value (the stale ones past `m` are multiplied but
+/// never stored, so they do not count).
+fn derive_companion(group: &[u8], out: &mut [u8], magnitude: bool, live: usize) -> bool {
+    #[inline(always)]
+    fn generic(group: &[u8], out: &mut [u8], magnitude: bool, live: usize) -> bool {
+        if magnitude {
+            for (c, &v) in out.iter_mut().zip(group) {
+                *c = (v as i8).unsigned_abs();
+            }
+        } else {
+            for (c, &v) in out.iter_mut().zip(group) {
+                *c = (v as i8).wrapping_neg() as u8;
+            }
+        }
+        // The live bytes ORed a whole k step at a time (the stale ones masked off) and
+        // without an early exit, so that the loop is vectorized.
+        let live: [u8; 4 * MR] = std::array::from_fn(|i| if i < 4 * live { 0xff } else { 0 });
+        let mut signs = [0u8; 4 * MR];
+        for step in group.chunks_exact(4 * MR) {
+            for ((s, &v), &l) in signs.iter_mut().zip(step).zip(&live) {
+                *s |= v & l;
+            }
+        }
+        signs.iter().all(|&s| s < 0x80)
+    }
+    super::isa::dispatch_isa!(generic(group: &[u8], out: &mut [u8], magnitude: bool, live: usize) -> bool)
 }
 
 thread_local! {
@@ -423,6 +503,7 @@ pub fn matmul_i8_relu(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
     ACTIVATIONS.with(|a| {
         let mut a = a.borrow_mut();
         a.fill(x, m, k, shifted, w.activation_scale, intgemm);
+        a.fill_companion(m, Companion::of(isa, intgemm));
         run_panels(&a, w, bias, relu, y.as_mut_ptr(), m, threads, isa, shifted)
     })
 }
@@ -438,7 +519,6 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
     // (with one panel at a time, a 65k-wide output is written 128 bytes per row and page).
     let block = (512 * 1024 / (a.kp * NR)).max(1);
     let run = |p0: usize, p1: usize| {
-        let out = out;
         let mut epilogues: Vec<PanelEpilogue> = Vec::with_capacity(block);
         for b0 in (p0..p1).step_by(block) {
             let b1 = (b0 + block).min(p1);
@@ -481,7 +561,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     };
                     let t = TileOut {
                         // SAFETY: row g*MR < m and column p*NR < n: inside y.
-                        y: unsafe { out.0.add(g * MR * n + p * NR) },
+                        y: unsafe { out.get().add(g * MR * n + p * NR) },
                         ldy: n,
                         rows: MR.min(m - g * MR),
                         inv_x: &a.inv_scales[g * MR..(g + 1) * MR],
@@ -489,7 +569,8 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                         prefetch,
                     };
                     // SAFETY: `isa` never exceeds what the CPU supports (see isa::current);
-                    // the kernels read `kp/4` groups of the panel and of the row group.
+                    // the kernels read `kp/4` groups of the panel, of the row group and of
+                    // its companion (filled for these ISAs, see Companion::of).
                     unsafe {
                         match isa {
                             #[cfg(target_arch = "x86_64")]
@@ -500,11 +581,11 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                             #[cfg(target_arch = "x86_64")]
                             Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Bw => x86::tile_avx512_bw(ag, panel, a.kp, &t),
+                            Isa::Avx512Bw => x86::tile_avx512_bw(ag, a.companion_group(g), a.nonnegative[g], panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
                             Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx2 => x86::tile_avx2(ag, panel, a.kp, &t),
+                            Isa::Avx2 => x86::tile_avx2(ag, a.companion_group(g), a.nonnegative[g], panel, a.kp, &t),
                             _ => tile_scalar(ag, panel, a.kp, shifted, &t),
                         }
                     }
@@ -588,33 +669,34 @@ mod x86 {
         }
     }
 
-    /// Calls the register-tiled kernel instantiated for the tile's row count (1..=8).
+    /// Calls the register-tiled kernel instantiated for the tile's row count (1..=8), and
+    /// for `$flag` after it where given.
     macro_rules! by_rows {
-        ($kernel:ident, $rows:expr, $($arg:expr),*) => {
+        ($kernel:ident $(, $flag:literal)?; $rows:expr, $($arg:expr),*) => {
             match $rows {
-                8 => $kernel::<8>($($arg),*),
-                7 => $kernel::<7>($($arg),*),
-                6 => $kernel::<6>($($arg),*),
-                5 => $kernel::<5>($($arg),*),
-                4 => $kernel::<4>($($arg),*),
-                3 => $kernel::<3>($($arg),*),
-                2 => $kernel::<2>($($arg),*),
-                _ => $kernel::<1>($($arg),*),
+                8 => $kernel::<8 $(, $flag)?>($($arg),*),
+                7 => $kernel::<7 $(, $flag)?>($($arg),*),
+                6 => $kernel::<6 $(, $flag)?>($($arg),*),
+                5 => $kernel::<5 $(, $flag)?>($($arg),*),
+                4 => $kernel::<4 $(, $flag)?>($($arg),*),
+                3 => $kernel::<3 $(, $flag)?>($($arg),*),
+                2 => $kernel::<2 $(, $flag)?>($($arg),*),
+                _ => $kernel::<1 $(, $flag)?>($($arg),*),
             }
         };
     }
 
-    /// Runs a 256-bit kernel over the tile's rows two at a time (`$kernel::<R>(a, r0, ...)`),
-    /// then the odd row left.
+    /// Runs a 256-bit kernel (`$kernel::<R>`, and `$flag` where given) over the tile's rows
+    /// two at a time, then the odd row left; `$r` is the first row of each call.
     macro_rules! by_row_pairs {
-        ($kernel:ident, $a:expr, $panel:expr, $kp:expr, $t:expr) => {{
-            let mut r = 0;
-            while r + 2 <= $t.rows {
-                $kernel::<2>($a, r, $panel, $kp, $t);
-                r += 2;
+        ($kernel:ident $(, $flag:literal)?; $t:expr, |$r:ident| ($($arg:expr),*)) => {{
+            let mut $r = 0;
+            while $r + 2 <= $t.rows {
+                $kernel::<2 $(, $flag)?>($($arg),*);
+                $r += 2;
             }
-            if r < $t.rows {
-                $kernel::<1>($a, r, $panel, $kp, $t);
+            if $r < $t.rows {
+                $kernel::<1 $(, $flag)?>($($arg),*);
             }
         }};
     }
@@ -628,7 +710,7 @@ mod x86 {
     /// AVX-512 VNNI: up to 8 rows x 32 columns, 2 zmm accumulators per row.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub unsafe fn tile_avx512_vnni(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_rows!(vnni512, t.rows, a, panel, kp, t)
+        by_rows!(vnni512; t.rows, a, panel, kp, t)
     }
 
     #[inline]
@@ -659,18 +741,26 @@ mod x86 {
         }
     }
 
-    /// AVX-512BW without VNNI: `vpmaddubsw(|x|, w · sign(x))` then `vpmaddwd` by ones.
+    /// AVX-512BW without VNNI: `vpmaddubsw(|w|, x · sign(w))` then `vpmaddwd` by ones, `x`
+    /// blended with its negation `xn` (precomputed) under the sign mask of `w`. The mask and
+    /// `|w|` are made once per k step for all the rows: taking the sign of `x` instead costs
+    /// a mask and a `vpabsb` per row, which on Zen 5 compete with the multiplies for their
+    /// pipes, where the blend does not. A group without negative `x` (`nonnegative`, e.g.
+    /// after a ReLU) multiplies `x` by `w` directly.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub unsafe fn tile_avx512_bw(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_rows!(bw512, t.rows, a, panel, kp, t)
+    pub unsafe fn tile_avx512_bw(a: &[u8], xn: &[u8], nonnegative: bool, panel: &[u8], kp: usize, t: &TileOut) {
+        if nonnegative {
+            by_rows!(bw512, false; t.rows, a, xn, panel, kp, t)
+        } else {
+            by_rows!(bw512, true; t.rows, a, xn, panel, kp, t)
+        }
     }
 
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn bw512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        let (a, w) = (a.as_ptr(), panel.as_ptr());
+    unsafe fn bw512<const R: usize, const SIGNED: bool>(a: &[u8], xn: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
+        let (a, xn, w) = (a.as_ptr(), xn.as_ptr(), panel.as_ptr());
         let ones = _mm512_set1_epi16(1);
-        let zero = _mm512_setzero_si512();
         let mut s0 = [_mm512_setzero_si512(); R];
         let mut s1 = [_mm512_setzero_si512(); R];
         let mut pf = Prefetcher::new(t.prefetch, kp / 4);
@@ -680,12 +770,17 @@ mod x86 {
             _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
             let w0 = _mm512_loadu_si512(w.add(g * NR * 4) as *const _);
             let w1 = _mm512_loadu_si512(w.add(g * NR * 4 + 64) as *const _);
+            // Unused (and optimized away) without SIGNED.
+            let (n0, n1) = (_mm512_movepi8_mask(w0), _mm512_movepi8_mask(w1));
+            let (u0, u1) = (_mm512_abs_epi8(w0), _mm512_abs_epi8(w1));
             for r in 0..R {
                 let xv = _mm512_set1_epi32(x4(a, g, r));
-                let negative = _mm512_movepi8_mask(xv);
-                let xa = _mm512_abs_epi8(xv);
-                let p0 = _mm512_maddubs_epi16(xa, _mm512_mask_sub_epi8(w0, negative, zero, w0));
-                let p1 = _mm512_maddubs_epi16(xa, _mm512_mask_sub_epi8(w1, negative, zero, w1));
+                let (p0, p1) = if SIGNED {
+                    let xnv = _mm512_set1_epi32(x4(xn, g, r));
+                    (_mm512_maddubs_epi16(u0, _mm512_mask_blend_epi8(n0, xv, xnv)), _mm512_maddubs_epi16(u1, _mm512_mask_blend_epi8(n1, xv, xnv)))
+                } else {
+                    (_mm512_maddubs_epi16(xv, w0), _mm512_maddubs_epi16(xv, w1))
+                };
                 s0[r] = _mm512_add_epi32(s0[r], _mm512_madd_epi16(p0, ones));
                 s1[r] = _mm512_add_epi32(s1[r], _mm512_madd_epi16(p1, ones));
             }
@@ -701,7 +796,7 @@ mod x86 {
     /// intgemm's shifted product (see `tile_intgemm_scalar`) with 512-bit `vpmaddubsw`.
     #[target_feature(enable = "avx512f,avx512bw")]
     pub unsafe fn tile_intgemm_512(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_rows!(intgemm512, t.rows, a, panel, kp, t)
+        by_rows!(intgemm512; t.rows, a, panel, kp, t)
     }
 
     #[inline]
@@ -732,7 +827,7 @@ mod x86 {
     /// intgemm's shifted product (see `tile_intgemm_scalar`) with 256-bit `vpmaddubsw`.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn tile_intgemm_256(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_row_pairs!(intgemm256, a, panel, kp, t)
+        by_row_pairs!(intgemm256; t, |r| (a, r, panel, kp, t))
     }
 
     #[inline]
@@ -763,10 +858,11 @@ mod x86 {
     /// AVX-VNNI (256-bit): rows two at a time x 32 columns (4 ymm per row).
     #[target_feature(enable = "avx2,fma,avxvnni")]
     pub unsafe fn tile_avx_vnni(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_row_pairs!(vnni256, a, panel, kp, t)
+        by_row_pairs!(vnni256; t, |r| (a, r, panel, kp, t))
     }
 
     #[inline]
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,avxvnni")]
     unsafe fn vnni256<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
@@ -791,16 +887,24 @@ mod x86 {
         }
     }
 
-    /// AVX2: `vpmaddubsw(|x|, vpsignb(w, x))` then `vpmaddwd` by ones, rows two at a time.
+    /// AVX2: `vpmaddubsw(|x|, vpsignb(w, x))` then `vpmaddwd` by ones, rows two at a time,
+    /// `|x|` precomputed (`xa`): a `vpabsb` per row, like `vpsignb`, competes with the
+    /// multiplies for their pipes on Zen 5. A group without negative `x` (`nonnegative`, e.g.
+    /// after a ReLU) multiplies `x` by `w` directly.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile_avx2(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_row_pairs!(avx2, a, panel, kp, t)
+    pub unsafe fn tile_avx2(a: &[u8], xa: &[u8], nonnegative: bool, panel: &[u8], kp: usize, t: &TileOut) {
+        if nonnegative {
+            by_row_pairs!(avx2, false; t, |r| (a, xa, r, panel, kp, t))
+        } else {
+            by_row_pairs!(avx2, true; t, |r| (a, xa, r, panel, kp, t))
+        }
     }
 
     #[inline]
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
-        let (a, w) = (a.as_ptr(), panel.as_ptr());
+    unsafe fn avx2<const R: usize, const SIGNED: bool>(a: &[u8], xa: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
+        let (a, xa, w) = (a.as_ptr(), xa.as_ptr(), panel.as_ptr());
         let ones = _mm256_set1_epi16(1);
         let mut s = [[_mm256_setzero_si256(); 4]; R];
         let mut pf = Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 4);
@@ -809,9 +913,12 @@ mod x86 {
             let wv = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _));
             for r in 0..R {
                 let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
-                let xa = _mm256_abs_epi8(xv);
+                // Without negative values |x| is x, and w needs no sign: vpsignb would only
+                // zero it where x, hence |x|, is zero.
+                let xav = if SIGNED { _mm256_set1_epi32(x4(xa, g, r0 + r)) } else { xv };
                 for j in 0..4 {
-                    let p = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(wv[j], xv));
+                    let wj = if SIGNED { _mm256_sign_epi8(wv[j], xv) } else { wv[j] };
+                    let p = _mm256_maddubs_epi16(xav, wj);
                     s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
                 }
             }
@@ -878,6 +985,30 @@ mod tests {
                     assert!((expected[i * n + j] - f).abs() <= tol, "{m}x{n}x{k} [{i},{j}]");
                 }
             }
+        }
+    }
+
+    /// A row group without negative values (a ReLU's output) skips the sign work of the
+    /// AVX2 and AVX-512BW kernels, whatever stale rows a previous product left past `m`: exact
+    /// all the same, next to a group with negative values.
+    #[test]
+    fn nonnegative_row_groups_are_bit_identical_to_the_reference() {
+        let mut seed = 5;
+        let (m, n, k) = (11, 70, 96);
+        let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
+        let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
+        let packed = PackedI8Matrix::quantize(&w, n, k);
+        // The first group signed, the second (rows 8..11) nonnegative.
+        let x: Vec<f32> = (0..m * k).map(|i| if i < MR * k { lcg(&mut seed) * 2.0 } else { lcg(&mut seed).max(0.0) }).collect();
+        let expected = reference(&x, &w, &bias, m, n, k);
+        let negative = vec![-1.0f32; 2 * MR * k];
+        for isa in isa::available() {
+            let mut y = vec![0.0; 2 * MR * n];
+            isa::with_isa(isa, || {
+                matmul_i8(&negative, &packed, None, &mut y, 2 * MR, 1);
+                matmul_i8(&x, &packed, Some(&bias), &mut y, m, 1)
+            });
+            assert_eq!(y[..m * n], expected, "{isa:?}");
         }
     }
 
