@@ -266,6 +266,23 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// Hands the logits over to the host (decoding runs there).
     fn logits_to_host(&self, logits: &mut Self::Buffer, host: &mut Vec<f32>);
+
+    /// The output layer: `host = x · Wᵀ (+ bias)` for `rows` rows, on the host, through
+    /// `scratch` where the backend computes elsewhere.
+    #[allow(clippy::too_many_arguments)]
+    fn logits(
+        &self,
+        ctx: &Ctx,
+        x: &Self::Buffer,
+        rows: usize,
+        w: &Self::Matrix,
+        bias: Option<&Self::Vector>,
+        scratch: &mut Self::Buffer,
+        host: &mut Vec<f32>,
+    ) {
+        self.linear(ctx, x, rows, w, bias, false, scratch);
+        self.logits_to_host(scratch, host);
+    }
 }
 
 /// The device a model is asked to run on.

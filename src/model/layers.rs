@@ -269,6 +269,11 @@ impl<B: Backend> Linear<B> {
         backend.linear(ctx, x, rows, &self.weight, self.bias.as_ref(), false, out);
     }
 
+    /// `forward` for the output layer, its `rows` outputs (the logits) written on the host.
+    pub fn forward_to_host(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, scratch: &mut B::Buffer, host: &mut Vec<f32>) {
+        backend.logits(ctx, x, rows, &self.weight, self.bias.as_ref(), scratch, host);
+    }
+
     /// `forward` followed by ReLU, fused where the kernel can.
     pub fn forward_relu(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, out: &mut B::Buffer) {
         backend.linear(ctx, x, rows, &self.weight, self.bias.as_ref(), true, out);

@@ -389,8 +389,7 @@ impl<B: Backend> Decoder<B> {
             norm.forward(b, &mut x);
         }
         let projection = state.output.as_ref().map_or(&self.projection, |o| &o.projection);
-        projection.forward(b, ctx, &x, rows, &mut state.logits);
-        b.logits_to_host(&mut state.logits, logits);
+        projection.forward_to_host(b, ctx, &x, rows, &mut state.logits, logits);
         state.scratch = scratch;
         state.x = x;
         state.step += 1;
