@@ -164,6 +164,10 @@ def main():
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1, help="intra_threads for both engines (default 1)")
     p.add_argument("--repeat", type=int, default=1, help="time translate_batch K times, keep the best")
+    p.add_argument("--isa", metavar="LEVEL",
+                   help="hold both engines to one ISA level, e.g. avx2: TOLK_CPU_ISA=LEVEL, "
+                        "CT2_FORCE_CPU_ISA=LEVEL and ONEDNN_MAX_CPU_ISA=LEVEL (CT2_FORCE_CPU_ISA alone "
+                        "leaves CTranslate2's oneDNN products on the machine's best ISA)")
     p.add_argument("--json", metavar="FILE", help="also write the table (and metadata) as JSON")
     p.add_argument("--outputs", metavar="DIR", help="also write each run's detokenized output here")
     # Worker mode (internal).
@@ -175,6 +179,10 @@ def main():
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    if args.isa:
+        # Inherited by every worker process.
+        os.environ.update(TOLK_CPU_ISA=args.isa.lower(), CT2_FORCE_CPU_ISA=args.isa.upper(),
+                          ONEDNN_MAX_CPU_ISA=args.isa.upper())
 
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     for e in engines:
@@ -249,7 +257,8 @@ def main():
     ncpu = os.cpu_count() or 1
     print(f"\n{len(zh)} zh->en verses ({zh_path}), "
           f"max_batch_size {args.max_batch_size}, {args.threads} thread(s), best of {args.repeat}; "
-          f"{cpu_model()}, {ncpu} CPUs, load average {load_before[0]:.2f} -> {load_after[0]:.2f}\n")
+          f"{cpu_model()}, {ncpu} CPUs, load average {load_before[0]:.2f} -> {load_after[0]:.2f}"
+          f"{', ISA held to ' + args.isa if args.isa else ''}\n")
     print("| engine | compute type | decoding | target tokens/s | BLEU | peak RSS (MB) | wall time (s) "
           "| Tolk/CT2 tokens/s | same output as CT2 |")
     print("|---|---|---|--:|--:|--:|--:|--:|--:|")
