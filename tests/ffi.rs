@@ -174,6 +174,7 @@ fn run_under_valgrind(binary: &Path, args: &[&str], stdin: &str) {
     let mut cmd = Command::new("valgrind");
     cmd.args(["--quiet", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect"])
         .args(["--show-leak-kinds=definite,indirect", "--error-exitcode=99"])
+        .arg(format!("--suppressions={}", manifest_dir().join("ffi-tests/valgrind.supp").display()))
         .arg(binary)
         .args(args)
         .env("TOLK_FFI_VALGRIND", "1");

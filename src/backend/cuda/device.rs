@@ -43,22 +43,22 @@ fn driver_error(what: &str, e: DriverError) -> Error {
 /// Checks that the three CUDA libraries the backend loads can be found: cudarc panics on
 /// the first call into a missing one.
 pub(crate) fn check_libraries() -> Result<()> {
+    // One after the other, so that a machine without a driver loads nothing else.
     // SAFETY: only tries to load the libraries (dlopen), calling nothing in them.
-    let (driver, blas, nvrtc) = unsafe {
-        (cudarc::driver::sys::is_culib_present(), cudarc::cublas::sys::is_culib_present(), cudarc::nvrtc::sys::is_culib_present())
-    };
-    if !driver {
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(Error::unsupported(
             "no CUDA driver found (libcuda.so could not be loaded): install the NVIDIA driver, or run on the CPU",
         ));
     }
-    if !blas {
+    // SAFETY: as above.
+    if !unsafe { cudarc::cublas::sys::is_culib_present() } {
         return Err(Error::unsupported(
             "cuBLAS not found (libcublas.so / libcublas.so.12 could not be loaded): install the CUDA 12 runtime libraries \
              (e.g. the CUDA toolkit, or `pip install nvidia-cublas-cu12` with its lib directory on LD_LIBRARY_PATH)",
         ));
     }
-    if !nvrtc {
+    // SAFETY: as above.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(Error::unsupported(
             "NVRTC not found (libnvrtc.so / libnvrtc.so.12 could not be loaded): install the CUDA 12 runtime compiler \
              (e.g. the CUDA toolkit, or `pip install nvidia-cuda-nvrtc-cu12` with its lib directory on LD_LIBRARY_PATH)",
