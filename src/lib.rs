@@ -110,7 +110,7 @@ impl Model {
     pub fn load_with_options(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
         let package = ModelPackage::detect(path)?;
-        let device = select_device(options.device, options.device_index, options.compute_type)?;
+        let device = Device::select(options.device, options.device_index, options.compute_type)?;
         let inner = load_family(&package, options.compute_type, &device)?;
         // Named files override what the package has, side by side; a package file that
         // does not load leaves the model without a tokenizer (token translation still works)
@@ -160,48 +160,13 @@ impl Model {
     }
 }
 
-/// The device for a request: `Auto` with an integer compute type (int8, int16) means the
-/// CPU, whose kernels those are; otherwise as [`Device::select`] decides.
-/// `TOLK_DEVICE=cpu|cuda|auto` stands for `Auto` (as `TOLK_CPU_ISA` lowers the CPU level):
-/// a test run or an application pins the device without changing code.
-fn select_device(request: DeviceRequest, index: usize, compute_type: ComputeType) -> Result<Device> {
-    let request = match (request, std::env::var("TOLK_DEVICE")) {
-        (DeviceRequest::Auto, Ok(name)) if !name.is_empty() => {
-            DeviceRequest::parse(&name).map_err(|e| Error::invalid_argument(format!("TOLK_DEVICE: {}", e.message)))?
-        }
-        (request, _) => request,
-    };
-    match (request, compute_type) {
-        (DeviceRequest::Auto, ComputeType::Int8 | ComputeType::Int16) => Ok(Device::Cpu),
-        (request, _) => Device::select(request, index),
-    }
-}
-
-/// The compute type a model loaded with `requested` gets on `device` (concrete).
-fn resolve_compute_type(requested: ComputeType, saved: SavedPrecision, device: &Device) -> ComputeType {
-    match (device, requested) {
-        // The CUDA backend computes in float32 whatever the weights are saved as.
-        (Device::Cuda(_), ComputeType::Default | ComputeType::Auto) => ComputeType::Float32,
-        (_, requested) => requested.resolve(saved),
-    }
-}
-
 /// Loads a model of the family its files say it is, on `device`.
 fn load_family(package: &ModelPackage, compute_type: ComputeType, device: &Device) -> Result<Arc<dyn model::TranslationModel>> {
     match device {
         Device::Cpu => load_on(package, &backend::cpu::CpuBackend, compute_type),
         Device::Cuda(info) => {
-            // The CUDA backend computes in float32 (weights stored as int8/int16 are
-            // dequantized once when uploaded); integer products are the CPU's.
-            let compute_type = match resolve_compute_type(compute_type, SavedPrecision::Float, device) {
-                ComputeType::Float32 => ComputeType::Float32,
-                other => {
-                    return Err(Error::unsupported(format!(
-                        "compute type {} runs on the CPU only: the CUDA backend computes in float32",
-                        other.name()
-                    )))
-                }
-            };
+            // Whatever the weights are saved as: the CUDA backend has float32 only.
+            let compute_type = compute_type.resolve_on(device, SavedPrecision::Float)?;
             load_on(package, &backend::cuda::CudaBackend::new(info.index)?, compute_type)
         }
     }
@@ -279,12 +244,12 @@ impl Translator {
         };
         let device = match config.device {
             None => model.device.clone(),
-            Some(request) => select_device(request, config.device_index.unwrap_or(model_index), config.compute_type)?,
+            Some(request) => Device::select(request, config.device_index.unwrap_or(model_index), config.compute_type)?,
         };
         // A compute type or device other than the model's loads the weights again, converted
         // ("default" keeps the model's type on its device and lets another device choose).
         let same_device = device.same_as(&model.device);
-        let resolved = resolve_compute_type(config.compute_type, model.inner.saved_precision(), &device);
+        let resolved = config.compute_type.resolve_on(&device, model.inner.saved_precision())?;
         let weights = if same_device && (config.compute_type == ComputeType::Default || resolved == model.compute_type()) {
             Arc::clone(&model.inner)
         } else {

@@ -80,7 +80,21 @@ impl ComputeType {
         }
     }
 
-    /// The concrete type for a model whose weights are saved as `saved`.
+    /// The concrete type on `device` for a model whose weights are saved as `saved`. The
+    /// CUDA backend computes in float32 whatever the weights are saved as (stored int8 and
+    /// int16 are dequantized when uploaded); the integer types are the CPU's kernels.
+    pub fn resolve_on(self, device: &Device, saved: SavedPrecision) -> Result<ComputeType> {
+        match (device, self) {
+            (Device::Cpu, requested) => Ok(requested.resolve(saved)),
+            (Device::Cuda(_), ComputeType::Default | ComputeType::Auto | ComputeType::Float32) => Ok(ComputeType::Float32),
+            (Device::Cuda(_), other) => Err(Error::unsupported(format!(
+                "compute type {} runs on the CPU only: the CUDA backend computes in float32",
+                other.name()
+            ))),
+        }
+    }
+
+    /// The concrete type for a model whose weights are saved as `saved`, on the CPU.
     pub fn resolve(self, saved: SavedPrecision) -> ComputeType {
         match self {
             ComputeType::Default => match saved {
@@ -171,13 +185,13 @@ impl SequenceLayout {
 
 /// An embedding table as the backend stores it: dense float rows, or the rows of a packed
 /// matrix read back (the output projection it is tied to, or a quantized table).
-pub enum EmbeddingRows<'a, B: Backend + ?Sized> {
+pub enum EmbeddingRows<'a, B: Backend> {
     Dense(&'a B::Vector),
     Packed(&'a B::Matrix),
 }
 
 /// Position encodings added to embeddings.
-pub enum PositionTable<'a, B: Backend + ?Sized> {
+pub enum PositionTable<'a, B: Backend> {
     /// A stored table `[max_positions, d]`.
     Table(&'a B::Vector),
     /// Sinusoids with `[sin | cos]` halves; position p is encoded as `p + start`.
@@ -315,14 +329,23 @@ pub enum Device {
 }
 
 impl Device {
-    /// Resolves a request: `Auto` takes GPU `index` when the CUDA probe finds it usable
-    /// (driver, cuBLAS, NVRTC, a device, compiled kernels), else the CPU; `Cuda` fails
-    /// with the probe's reason.
-    pub fn select(request: DeviceRequest, index: usize) -> Result<Device> {
-        match request {
-            DeviceRequest::Cpu => Ok(Device::Cpu),
-            DeviceRequest::Auto => Ok(cuda::probe(index).map(Device::Cuda).unwrap_or(Device::Cpu)),
-            DeviceRequest::Cuda => cuda::probe(index)
+    /// Resolves a request for a model computing in `compute_type`. `Auto` (or what
+    /// `TOLK_DEVICE=cpu|cuda|auto` asks for in its place, as `TOLK_CPU_ISA` lowers the CPU
+    /// level: a test run or an application pins the device without changing code) takes
+    /// GPU `index` when the CUDA probe finds it usable (driver, cuBLAS, NVRTC, a device,
+    /// compiled kernels), else the CPU; with an integer compute type (int8, int16) it means
+    /// the CPU, whose kernels those are. `Cuda` fails with the probe's reason.
+    pub fn select(request: DeviceRequest, index: usize, compute_type: ComputeType) -> Result<Device> {
+        let request = match (request, std::env::var("TOLK_DEVICE")) {
+            (DeviceRequest::Auto, Ok(name)) if !name.is_empty() => {
+                DeviceRequest::parse(&name).map_err(|e| Error::invalid_argument(format!("TOLK_DEVICE: {}", e.message)))?
+            }
+            (request, _) => request,
+        };
+        match (request, compute_type) {
+            (DeviceRequest::Cpu, _) | (DeviceRequest::Auto, ComputeType::Int8 | ComputeType::Int16) => Ok(Device::Cpu),
+            (DeviceRequest::Auto, _) => Ok(cuda::probe(index).map(Device::Cuda).unwrap_or(Device::Cpu)),
+            (DeviceRequest::Cuda, _) => cuda::probe(index)
                 .map(Device::Cuda)
                 .map_err(|e| Error::new(e.kind, format!("device \"cuda\" is not usable: {}", e.message))),
         }

@@ -19,8 +19,15 @@ pub struct WeightReader<'a, B: Backend> {
     used: RefCell<BTreeSet<String>>,
     /// Converted tensors by stored name: aliases (tied embeddings) share one copy.
     converted: RefCell<HashMap<String, Weight>>,
-    /// Prepared matrices `[n, k]` by stored name, for weights shared by several layers.
-    packed: RefCell<HashMap<String, (Arc<B::Matrix>, usize, usize)>>,
+    /// Prepared matrices by stored name, for weights shared by several layers.
+    packed: RefCell<HashMap<String, Prepared<B::Matrix>>>,
+}
+
+/// A matrix prepared by the backend, with the `[rows, cols]` it was prepared as.
+struct Prepared<M> {
+    matrix: Arc<M>,
+    rows: usize,
+    cols: usize,
 }
 
 /// A weight shared by the layers that use it (tied embeddings and projections).
@@ -85,7 +92,7 @@ impl<'a, B: Backend> WeightReader<'a, B> {
     /// prepared once.
     pub fn packed(&self, name: &str, n: usize, k: usize) -> Result<Arc<B::Matrix>> {
         let stored = self.stored_name(name).unwrap_or_default();
-        if let Some((p, rows, cols)) = self.packed.borrow().get(&stored) {
+        if let Some(Prepared { matrix: p, rows, cols }) = self.packed.borrow().get(&stored) {
             if (*rows, *cols) != (n, k) {
                 let file = self.source.file_name();
                 return Err(Error::invalid_model(format!("{file}: {name} is [{rows}, {cols}], expected [{n}, {k}]")));
@@ -114,7 +121,7 @@ impl<'a, B: Backend> WeightReader<'a, B> {
         let p = Arc::new(self.backend.matrix(data, n, k, self.compute_type)?);
         self.source.release(&stored);
         if self.source.is_shared(&stored) {
-            self.packed.borrow_mut().insert(stored, (Arc::clone(&p), n, k));
+            self.packed.borrow_mut().insert(stored, Prepared { matrix: Arc::clone(&p), rows: n, cols: k });
         }
         Ok(p)
     }
