@@ -122,6 +122,11 @@ typedef enum TolkSplitMode {
 } TolkSplitMode;
 
 /**
+ * A translation in flight (opaque): see tolk_translate_batch_async.
+ */
+typedef struct TolkJob TolkJob;
+
+/**
  * A loaded model (opaque). Immutable; may be shared by translators on any thread.
  */
 typedef struct TolkModel TolkModel;
@@ -208,6 +213,12 @@ typedef struct TolkTranslatorOptions {
    * Which GPU with `device` "cuda" or "auto" (0 = the first).
    */
   uint32_t device_index;
+  /**
+   * Batches translated at once, each by a worker with its own decoding state sharing
+   * the model's weights (CTranslate2's inter_threads; 0 = 1). Calls from any thread
+   * queue their batches for these workers.
+   */
+  uint32_t inter_threads;
 } TolkTranslatorOptions;
 
 /**
@@ -215,6 +226,52 @@ typedef struct TolkTranslatorOptions {
  * false to stop.
  */
 typedef bool (*TolkProgressCallback)(void *user_data, size_t done, size_t total);
+
+/**
+ * What `on_token` receives for each generated token. Valid during the call only.
+ */
+typedef struct TolkTokenEvent {
+  /**
+   * sizeof(TolkTokenEvent) in the library that calls (fields may be added at the end).
+   */
+  uint32_t struct_size;
+  /**
+   * The token's id in the target vocabulary.
+   */
+  uint32_t token_id;
+  /**
+   * Token calls: index of the sentence in the batch. Text calls: index of the text.
+   */
+  size_t index;
+  /**
+   * Text calls: index of the sentence in its text's result (tolk_text_result_sentence);
+   * token calls: 0.
+   */
+  size_t sentence;
+  /**
+   * Position of the token among the generated ones (0 = the first after any prefix).
+   */
+  size_t step;
+  /**
+   * The token (NUL-terminated UTF-8).
+   */
+  const char *token;
+  /**
+   * Text calls: the sentence's translation so far, detokenized (UTF-8, `text_length`
+   * bytes, NUL-terminated); token calls: NULL.
+   */
+  const char *text;
+  size_t text_length;
+  /**
+   * The sentence's translation ends with this token.
+   */
+  bool is_last;
+} TolkTokenEvent;
+
+/**
+ * See TolkTranslateOptions.on_token: return false to end this sentence's translation here.
+ */
+typedef bool (*TolkTokenCallback)(void *user_data, const struct TolkTokenEvent *event);
 
 /**
  * Options of one translation call; defaults are CTranslate2's translate_batch defaults.
@@ -294,7 +351,45 @@ typedef struct TolkTranslateOptions {
    * (default true).
    */
   bool use_shortlist;
+  /**
+   * Called for each generated token (greedy search only: beam_size 1), from the
+   * translator's worker threads (concurrently when inter_threads > 1); returning false
+   * ends that sentence's translation at this token. NULL = none.
+   */
+  TolkTokenCallback on_token;
+  /**
+   * Passed as is to `on_token`.
+   */
+  void *on_token_user_data;
 } TolkTranslateOptions;
+
+/**
+ * Called once when a job ends, with TOLK_OK or the job's error status (the message is
+ * tolk_job_wait's), from a translator thread, or from the thread that frees the translator
+ * while the job is pending, or from the submitting call when there is nothing to translate.
+ * Do not free the translator from it.
+ */
+typedef void (*TolkJobCallback)(void *user_data, enum TolkStatus status);
+
+/**
+ * Settings of text translation. Always start from `tolk_text_options_default()`.
+ */
+typedef struct TolkTextOptions {
+  /**
+   * sizeof(TolkTextOptions), set by the _default() function (ABI versioning).
+   */
+  uint32_t struct_size;
+  /**
+   * A TolkSplitMode value (default TOLK_SPLIT_SENTENCES).
+   */
+  uint32_t split_mode;
+  /**
+   * Longer sentences are cut into parts of at most this many source tokens, end token
+   * included, preferably between words (default 128, Bergamot's max-length-break; 0 =
+   * default).
+   */
+  uint32_t max_sentence_tokens;
+} TolkTextOptions;
 
 /**
  * Where a translated sentence (or part of a long one) is. Always start from
@@ -325,26 +420,6 @@ typedef struct TolkSentenceInfo {
    */
   size_t sentence;
 } TolkSentenceInfo;
-
-/**
- * Settings of text translation. Always start from `tolk_text_options_default()`.
- */
-typedef struct TolkTextOptions {
-  /**
-   * sizeof(TolkTextOptions), set by the _default() function (ABI versioning).
-   */
-  uint32_t struct_size;
-  /**
-   * A TolkSplitMode value (default TOLK_SPLIT_SENTENCES).
-   */
-  uint32_t split_mode;
-  /**
-   * Longer sentences are cut into parts of at most this many source tokens, end token
-   * included, preferably between words (default 128, Bergamot's max-length-break; 0 =
-   * default).
-   */
-  uint32_t max_sentence_tokens;
-} TolkTextOptions;
 
 #ifdef __cplusplus
 extern "C" {
@@ -555,6 +630,122 @@ enum TolkStatus tolk_result_hypothesis(const struct TolkResult *result,
  * `result` must be NULL or a pointer from tolk_translate_batch not yet freed.
  */
 void tolk_result_free(struct TolkResult *result);
+
+/**
+ * Queues the translation of a batch of tokenized sentences and returns at once with a job
+ * in `*out_job` (free it with tolk_job_free). Arguments are those of tolk_translate_batch
+ * and are copied before the call returns; `options->progress` is not called (see
+ * tolk_job_progress), `options->on_token` is. `on_complete` (may be NULL) is called once
+ * when the job ends (see TolkJobCallback); then tolk_job_result gives the results, in
+ * input order. Many jobs may be in flight on one translator, from any threads: their
+ * batches run in submission order on the translator's inter_threads workers.
+ *
+ * # Safety
+ * As tolk_translate_batch; `on_complete` and `user_data` must be usable from any thread.
+ */
+enum TolkStatus tolk_translate_batch_async(const struct TolkTranslator *translator,
+                                           const char *const *const *source,
+                                           const size_t *source_lengths,
+                                           size_t batch_size,
+                                           const char *const *const *target_prefix,
+                                           const size_t *target_prefix_lengths,
+                                           const struct TolkTranslateOptions *options,
+                                           TolkJobCallback on_complete,
+                                           void *user_data,
+                                           struct TolkJob **out_job);
+
+/**
+ * Queues the translation of `count` texts (as tolk_translate_text_batch) and returns at
+ * once with a job in `*out_job`; the texts are split and tokenized before the call
+ * returns. See tolk_translate_batch_async for the rest; tolk_job_text_result gives the
+ * translations.
+ *
+ * # Safety
+ * As tolk_translate_text_batch; `on_complete` and `user_data` must be usable from any thread.
+ */
+enum TolkStatus tolk_translate_text_async(const struct TolkTranslator *translator,
+                                          const char *const *texts,
+                                          const size_t *text_lengths,
+                                          size_t count,
+                                          const struct TolkTranslateOptions *options,
+                                          const struct TolkTextOptions *text_options,
+                                          TolkJobCallback on_complete,
+                                          void *user_data,
+                                          struct TolkJob **out_job);
+
+/**
+ * Whether the job has ended (translated, failed or cancelled); false for NULL. Never blocks.
+ *
+ * # Safety
+ * `job` must be NULL or a live job.
+ */
+bool tolk_job_is_done(const struct TolkJob *job);
+
+/**
+ * Blocks until the job ends, at most `timeout_ms` milliseconds (a negative value: no
+ * limit). Returns whether it has ended.
+ *
+ * # Safety
+ * `job` must be NULL or a live job.
+ */
+bool tolk_job_wait_for(const struct TolkJob *job, int64_t timeout_ms);
+
+/**
+ * Blocks until the job ends and returns how it ended: TOLK_OK, or its error status with
+ * the message in tolk_last_error (TOLK_ERROR_CANCELLED after tolk_job_cancel or when the
+ * translator was freed first). The results stay in the job.
+ *
+ * # Safety
+ * `job` must be NULL or a live job.
+ */
+enum TolkStatus tolk_job_wait(const struct TolkJob *job);
+
+/**
+ * Sentences translated so far and their total (text jobs count sentences, and parts of
+ * wrapped ones, of all texts). Either pointer may be NULL.
+ *
+ * # Safety
+ * `job` must be a live job; `done` and `total` NULL or writable.
+ */
+enum TolkStatus tolk_job_progress(const struct TolkJob *job, size_t *done, size_t *total);
+
+/**
+ * Asks the job to stop: batches not started are skipped, running ones stop at their next
+ * decoding step, and the job ends with TOLK_ERROR_CANCELLED (unless it had already
+ * ended). Returns at once; NULL is ignored.
+ *
+ * # Safety
+ * `job` must be NULL or a live job.
+ */
+void tolk_job_cancel(const struct TolkJob *job);
+
+/**
+ * Waits for a token job (tolk_translate_batch_async) and moves its results into
+ * `*out_result` (release with tolk_result_free); a second call fails. Returns the job's
+ * error when it failed.
+ *
+ * # Safety
+ * `job` must be a live job; `out_result` writable.
+ */
+enum TolkStatus tolk_job_result(const struct TolkJob *job, struct TolkResult **out_result);
+
+/**
+ * Waits for a text job (tolk_translate_text_async) and moves its translations into
+ * `*out_result` (release with tolk_text_result_free); a second call fails.
+ *
+ * # Safety
+ * `job` must be a live job; `out_result` writable.
+ */
+enum TolkStatus tolk_job_text_result(const struct TolkJob *job, struct TolkTextResult **out_result);
+
+/**
+ * Releases a job handle. A job still running is cancelled first (nobody could read its
+ * results); its completion callback is still called once. Does not block.
+ *
+ * # Safety
+ * `job` must be NULL or a job not yet freed, and no call may be using it.
+ */
+void tolk_job_free(struct TolkJob *job);
 
 /**
  * An empty TolkSentenceInfo with its struct_size set.

@@ -15,7 +15,8 @@ pub enum ErrorKind {
     OutOfRange,
     /// A bug: a panic caught at the API boundary.
     Internal,
-    /// The caller's progress callback asked to stop.
+    /// The caller asked to stop (a progress callback, a job's cancel, a translator freed
+    /// with work in flight).
     Cancelled,
 }
 
@@ -46,6 +47,9 @@ impl Error {
     }
     pub fn cancelled(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Cancelled, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
     }
 }
 

@@ -39,8 +39,8 @@ pub use backend::{ComputeType, Device, DeviceRequest};
 use backend::SavedPrecision;
 use format::package::ModelPackage;
 pub use error::{Error, ErrorKind, Result};
-pub use text::{SplitMode, TextOptions, TextTranslation, Tokenizer, TokenizerFiles};
-pub use translator::{BatchType, TranslateOptions, TranslationResult};
+pub use text::{SplitMode, TextOptions, TextTokenCallback, TextTokenEvent, TextTranslation, Tokenizer, TokenizerFiles};
+pub use translator::{BatchType, CompletionCallback, Job, TokenCallback, TokenEvent, TranslateOptions, TranslationResult};
 
 /// A loaded model: immutable and cheap to clone (shared by reference counting).
 #[derive(Clone)]
@@ -220,14 +220,36 @@ pub struct TranslatorConfig {
     /// Which GPU with `device` (`None` = the model's, else 0).
     pub device_index: Option<usize>,
     pub compute_type: ComputeType,
-    /// Threads used inside one translation (matrix products); 0 or 1 = one thread.
+    /// Batches translated at once, each by its own worker sharing the model's weights
+    /// (CTranslate2's `inter_threads`); 0 or 1 = one.
+    pub inter_threads: usize,
+    /// Threads each worker uses inside one batch (matrix products); 0 or 1 = one.
     pub intra_threads: usize,
 }
 
 impl Default for TranslatorConfig {
     fn default() -> Self {
-        TranslatorConfig { device: None, device_index: None, compute_type: ComputeType::Default, intra_threads: 1 }
+        TranslatorConfig { device: None, device_index: None, compute_type: ComputeType::Default, inter_threads: 1, intra_threads: 1 }
     }
+}
+
+/// What a submitted token translation reports while it runs.
+#[derive(Default)]
+pub struct BatchHooks {
+    /// Each generated token (greedy search only), on a worker thread.
+    pub on_token: Option<TokenCallback>,
+    /// Called once when the job ends, on the worker that ends it.
+    pub on_complete: Option<CompletionCallback>,
+}
+
+/// What a submitted text translation reports while it runs.
+#[derive(Default)]
+pub struct TextHooks {
+    /// Each generated token with the sentence's translation so far (greedy search only),
+    /// on a worker thread.
+    pub on_token: Option<TextTokenCallback>,
+    /// Called once when the job ends, on the worker that ends it.
+    pub on_complete: Option<CompletionCallback>,
 }
 
 /// Translates batches with one model; see [`translator::Translator`].
@@ -256,7 +278,7 @@ impl Translator {
             load_family(&ModelPackage::detect(&model.package.path)?, resolved, &device)?
         };
         Ok(Translator {
-            inner: translator::Translator::new(weights, config.intra_threads)?,
+            inner: translator::Translator::new(weights, config.inter_threads, config.intra_threads)?,
             package: Arc::clone(&model.package),
         })
     }
@@ -288,6 +310,32 @@ impl Translator {
         self.inner.translate_batch_with_progress(source, target_prefix, options, progress)
     }
 
+    /// Queues a translation of tokenized sentences and returns at once: wait on, poll or
+    /// cancel the [`Job`]; its output is in input order. Many jobs, from many threads, may
+    /// be in flight; batches run in submission order on the translator's workers.
+    pub fn submit_batch(
+        &self,
+        source: Vec<Vec<String>>,
+        target_prefix: Option<Vec<Vec<String>>>,
+        options: &TranslateOptions,
+        hooks: BatchHooks,
+    ) -> Result<Job<Vec<TranslationResult>>> {
+        self.inner.submit(source, target_prefix, options.clone(), hooks.on_token, Box::new(Ok), hooks.on_complete)
+    }
+
+    /// [`Translator::translate_batch`] with `on_token` called for each generated token
+    /// (greedy search only), on the translator's workers.
+    pub fn translate_batch_streaming(
+        &self,
+        source: &[Vec<String>],
+        target_prefix: Option<&[Vec<String>]>,
+        options: &TranslateOptions,
+        on_token: TokenCallback,
+    ) -> Result<Vec<TranslationResult>> {
+        let hooks = BatchHooks { on_token: Some(on_token), on_complete: None };
+        self.submit_batch(source.to_vec(), target_prefix.map(<[_]>::to_vec), options, hooks)?.wait()
+    }
+
     /// Translates texts (each one independently): sentences are split, tokenized, translated
     /// in one sorted batch and detokenized; line breaks and spacing between sentences are
     /// kept. Needs the model's tokenizer ([`Model::tokenizer`]).
@@ -300,9 +348,9 @@ impl Translator {
         self.translate_text_with_progress(texts, options, text_options, &mut |_, _| true)
     }
 
-    /// [`Translator::translate_text`] with `progress(done, total)` called after each batch
-    /// (counting sentences, and parts of wrapped ones, of all texts); returning `false`
-    /// stops with an [`ErrorKind::Cancelled`] error.
+    /// [`Translator::translate_text`] with `progress(done, total)` called on this thread as
+    /// batches end (counting sentences, and parts of wrapped ones, of all texts); returning
+    /// `false` stops with an [`ErrorKind::Cancelled`] error.
     pub fn translate_text_with_progress<S: AsRef<str>>(
         &self,
         texts: &[S],
@@ -310,7 +358,49 @@ impl Translator {
         text_options: &TextOptions,
         progress: &mut dyn FnMut(usize, usize) -> bool,
     ) -> Result<Vec<TextTranslation>> {
+        self.submit_text(texts, options, text_options, TextHooks::default())?.wait_with_progress(progress)
+    }
+
+    /// [`Translator::translate_text`] with `on_token` called for each generated token with
+    /// the sentence's translation so far (greedy search only), on the translator's workers.
+    pub fn translate_text_streaming<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &TranslateOptions,
+        text_options: &TextOptions,
+        on_token: TextTokenCallback,
+    ) -> Result<Vec<TextTranslation>> {
+        self.submit_text(texts, options, text_options, TextHooks { on_token: Some(on_token), on_complete: None })?.wait()
+    }
+
+    /// Queues a text translation (see [`Translator::translate_text`]) and returns at once.
+    /// Splitting and tokenization happen here; translation and detokenization on the
+    /// translator's workers.
+    pub fn submit_text<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &TranslateOptions,
+        text_options: &TextOptions,
+        hooks: TextHooks,
+    ) -> Result<Job<Vec<TextTranslation>>> {
         let tokenizer = self.package.text_tokenizer()?;
-        text::translate::translate_texts(&self.inner, tokenizer, texts, options, text_options, progress)
+        let mut prepared = text::translate::prepare_texts(&self.inner, tokenizer, texts, options, text_options)?;
+        let on_token = hooks.on_token.map(|callback| {
+            let model = self.inner.model();
+            let end_token = options.end_token.clone().unwrap_or_else(|| model.special_tokens().eos.clone());
+            let package = Arc::clone(&self.package);
+            let detokenize = move |pieces: &[String]| package.tokenizer.as_ref().map(|t| t.decode(pieces)).unwrap_or_default();
+            text::translate::text_token_callback(prepared.slots(), end_token, detokenize, callback)
+        });
+        let sources = std::mem::take(&mut prepared.sources);
+        let options = prepared.options.clone();
+        let package = Arc::clone(&self.package);
+        let finish = Box::new(move |results| Ok(prepared.finish(package.text_tokenizer()?, results)));
+        self.inner.submit(sources, None, options, on_token, finish, hooks.on_complete)
+    }
+
+    /// Number of batches this translator translates at once (its `inter_threads`).
+    pub fn inter_threads(&self) -> usize {
+        self.inner.inter_threads()
     }
 }

@@ -7,7 +7,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 use crate::error::{Error, ErrorKind};
-use crate::{BatchType, ComputeType, Device, DeviceRequest, LoadOptions, Model, TranslateOptions, Translator, TranslatorConfig};
+use crate::{
+    BatchHooks, BatchType, ComputeType, Device, DeviceRequest, LoadOptions, Model, TranslateOptions, TranslationResult, Translator,
+    TranslatorConfig,
+};
+use stream::{TokenSink, TolkTokenCallback};
 
 /// Version of the C ABI described by this header; bumped on incompatible changes.
 pub const TOLK_ABI_VERSION: u32 = 1;
@@ -117,6 +121,10 @@ pub struct TolkTranslatorOptions {
     pub intra_threads: u32,
     /// Which GPU with `device` "cuda" or "auto" (0 = the first).
     pub device_index: u32,
+    /// Batches translated at once, each by a worker with its own decoding state sharing
+    /// the model's weights (CTranslate2's inter_threads; 0 = 1). Calls from any thread
+    /// queue their batches for these workers.
+    pub inter_threads: u32,
 }
 
 /// Options of one translation call; defaults are CTranslate2's translate_batch defaults.
@@ -163,6 +171,12 @@ pub struct TolkTranslateOptions {
     /// Restrict the output layer to the model's lexical shortlist when it has one
     /// (default true).
     pub use_shortlist: bool,
+    /// Called for each generated token (greedy search only: beam_size 1), from the
+    /// translator's worker threads (concurrently when inter_threads > 1); returning false
+    /// ends that sentence's translation at this token. NULL = none.
+    pub on_token: TolkTokenCallback,
+    /// Passed as is to `on_token`.
+    pub on_token_user_data: *mut c_void,
 }
 
 /// See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
@@ -275,11 +289,11 @@ macro_rules! versioned {
 pub(crate) use versioned;
 
 versioned!(TolkModelOptions { struct_size, compute_type, source_tokenizer, target_tokenizer, device, device_index });
-versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_threads, device_index });
+versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_threads, device_index, inter_threads });
 versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
-    progress_user_data, max_length_factor, use_shortlist
+    progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data
 });
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
@@ -509,6 +523,7 @@ pub extern "C" fn tolk_translator_options_default() -> TolkTranslatorOptions {
         compute_type: ptr::null(),
         intra_threads: 0,
         device_index: 0,
+        inter_threads: 0,
     }
 }
 
@@ -531,11 +546,19 @@ pub unsafe extern "C" fn tolk_translator_new(
         let opts = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
         let device = opt_str(opts.device, "device")?.map(DeviceRequest::parse).transpose()?;
         let compute_type = ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?;
-        if opts.intra_threads > 1024 {
-            return Err(Error::invalid_argument(format!("intra_threads {} is too large", opts.intra_threads)).into());
+        for (name, threads) in [("intra_threads", opts.intra_threads), ("inter_threads", opts.inter_threads)] {
+            if threads > 1024 {
+                return Err(Error::invalid_argument(format!("{name} {threads} is too large")).into());
+            }
         }
         let device_index = device.map(|_| opts.device_index as usize);
-        let config = TranslatorConfig { device, device_index, compute_type, intra_threads: opts.intra_threads as usize };
+        let config = TranslatorConfig {
+            device,
+            device_index,
+            compute_type,
+            inter_threads: opts.inter_threads as usize,
+            intra_threads: opts.intra_threads as usize,
+        };
         let translator = Translator::with_config(&model.model, &config)?;
         *out = Box::into_raw(Box::new(TolkTranslator { translator }));
         Ok(())
@@ -608,6 +631,8 @@ fn c_options(d: &TranslateOptions) -> TolkTranslateOptions {
         progress_user_data: ptr::null_mut(),
         max_length_factor: d.max_length_factor,
         use_shortlist: d.use_shortlist,
+        on_token: None,
+        on_token_user_data: ptr::null_mut(),
     }
 }
 
@@ -625,14 +650,15 @@ impl Progress {
 }
 
 /// The options a caller passed (NULL = the translator's defaults; fields past an older
-/// caller's struct_size too), converted, and its progress callback.
+/// caller's struct_size too), converted, and its progress and token callbacks.
 unsafe fn read_translate_options(
     translator: &TolkTranslator,
     options: *const TolkTranslateOptions,
-) -> Result<(TranslateOptions, Progress), Error> {
+) -> Result<(TranslateOptions, Progress, TokenSink), Error> {
     let defaults = c_options(&translator.translator.default_options());
     let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
     let progress = Progress { callback: o.progress, user_data: o.progress_user_data };
+    let tokens = TokenSink { callback: o.on_token, user_data: o.on_token_user_data };
     let batch_type = match o.batch_type {
         0 => BatchType::Examples,
         1 => BatchType::Tokens,
@@ -654,7 +680,7 @@ unsafe fn read_translate_options(
         max_length_factor: o.max_length_factor,
         use_shortlist: o.use_shortlist,
     };
-    Ok((options, progress))
+    Ok((options, progress, tokens))
 }
 
 /// Reads `count` token arrays from C.
@@ -718,16 +744,35 @@ pub unsafe extern "C" fn tolk_translate_batch(
         let out = non_null(out_result as *const *mut TolkResult, "out_result")? as *mut *mut TolkResult;
         *out = ptr::null_mut();
         let translator = &*non_null(translator, "translator")?;
-        let (opts, progress) = read_translate_options(translator, options)?;
-        let source = read_token_batch(source, source_lengths, batch_size, "source", "source_lengths")?;
-        let prefix = if target_prefix.is_null() {
-            None
-        } else {
-            Some(read_token_batch(target_prefix, target_prefix_lengths, batch_size, "target_prefix", "target_prefix_lengths")?)
-        };
-        let results = translator.translator.translate_batch_with_progress(&source, prefix.as_deref(), &opts, &mut |done, total| {
-            progress.report(done, total)
-        })?;
+        let (opts, progress, tokens) = read_translate_options(translator, options)?;
+        let (source, prefix) = read_sources(source, source_lengths, batch_size, target_prefix, target_prefix_lengths)?;
+        let hooks = BatchHooks { on_token: tokens.batch_callback(), on_complete: None };
+        let job = translator.translator.submit_batch(source, prefix, &opts, hooks)?;
+        let results = job.wait_with_progress(&mut |done, total| progress.report(done, total))?;
+        *out = Box::into_raw(Box::new(TolkResult::new(results)));
+        Ok(())
+    })
+}
+
+/// A batch's sources and optional target prefixes, read from C.
+unsafe fn read_sources(
+    source: *const *const *const c_char,
+    source_lengths: *const usize,
+    batch_size: usize,
+    target_prefix: *const *const *const c_char,
+    target_prefix_lengths: *const usize,
+) -> Result<(Vec<Vec<String>>, Option<Vec<Vec<String>>>), Failure> {
+    let source = read_token_batch(source, source_lengths, batch_size, "source", "source_lengths")?;
+    let prefix = if target_prefix.is_null() {
+        None
+    } else {
+        Some(read_token_batch(target_prefix, target_prefix_lengths, batch_size, "target_prefix", "target_prefix_lengths")?)
+    };
+    Ok((source, prefix))
+}
+
+impl TolkResult {
+    fn new(results: Vec<TranslationResult>) -> TolkResult {
         let examples = results
             .into_iter()
             .map(|r| {
@@ -743,9 +788,8 @@ pub unsafe extern "C" fn tolk_translate_batch(
                     .collect()
             })
             .collect();
-        *out = Box::into_raw(Box::new(TolkResult { examples }));
-        Ok(())
-    })
+        TolkResult { examples }
+    }
 }
 
 /// Number of sentences in a result (0 for NULL).
@@ -819,5 +863,7 @@ pub unsafe extern "C" fn tolk_result_free(result: *mut TolkResult) {
     }
 }
 
+mod jobs;
+mod stream;
 mod text;
 

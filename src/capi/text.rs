@@ -8,7 +8,7 @@ use super::{
     TolkTranslator,
 };
 use crate::error::Error;
-use crate::{SplitMode, TextOptions, TextTranslation};
+use crate::{SplitMode, TextHooks, TextOptions, TextTranslation};
 
 /// How texts are cut into the sentences that are translated one by one.
 #[repr(C)]
@@ -92,7 +92,7 @@ pub extern "C" fn tolk_text_options_default() -> TolkTextOptions {
     }
 }
 
-unsafe fn read_text_options(options: *const TolkTextOptions) -> Result<TextOptions, Error> {
+pub(super) unsafe fn read_text_options(options: *const TolkTextOptions) -> Result<TextOptions, Error> {
     let defaults = tolk_text_options_default();
     let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
     let split_mode = match o.split_mode {
@@ -105,7 +105,7 @@ unsafe fn read_text_options(options: *const TolkTextOptions) -> Result<TextOptio
 }
 
 /// Reads text `i` of a batch: `lengths` NULL means NUL-terminated strings.
-unsafe fn read_text<'a>(texts: *const *const c_char, lengths: *const usize, i: usize) -> Result<&'a str, Failure> {
+pub(super) unsafe fn read_text<'a>(texts: *const *const c_char, lengths: *const usize, i: usize) -> Result<&'a str, Failure> {
     let p = *texts.add(i);
     let bytes = if lengths.is_null() {
         if p.is_null() {
@@ -201,17 +201,17 @@ unsafe fn translate(
 ) -> Result<(), Failure> {
     let out = non_null(out_result as *const *mut TolkTextResult, "out_result")? as *mut *mut TolkTextResult;
     let translator = &*non_null(translator, "translator")?;
-    let (options, progress) = read_translate_options(translator, options)?;
+    let (options, progress, tokens) = read_translate_options(translator, options)?;
     let text_options = read_text_options(text_options)?;
-    let translated = translator.translator.translate_text_with_progress(texts, &options, &text_options, &mut |done, total| {
-        progress.report(done, total)
-    })?;
+    let hooks = TextHooks { on_token: tokens.text_callback(), on_complete: None };
+    let job = translator.translator.submit_text(texts, &options, &text_options, hooks)?;
+    let translated = job.wait_with_progress(&mut |done, total| progress.report(done, total))?;
     *out = Box::into_raw(Box::new(TolkTextResult::new(translated)));
     Ok(())
 }
 
 impl TolkTextResult {
-    fn new(mut texts: Vec<TextTranslation>) -> TolkTextResult {
+    pub(super) fn new(mut texts: Vec<TextTranslation>) -> TolkTextResult {
         for t in &mut texts {
             t.text.push('\0');
         }

@@ -1,7 +1,7 @@
 //! Beam search with CTranslate2's exact bookkeeping: 2 x beam candidates per example and
 //! step, finished hypotheses replaced by the next unfinished candidates, `patience`
 //! deciding how many finished hypotheses end the search, forced target prefixes.
-use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchParams, StartTokens};
+use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchObserver, SearchParams, StartTokens};
 use crate::backend::cpu::ops;
 use crate::backend::Ctx;
 
@@ -40,7 +40,14 @@ struct Beams {
     finished: Vec<(Vec<u32>, f32)>,
 }
 
-pub fn beam_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartTokens], params: &SearchParams) -> Vec<Hypotheses> {
+/// Token streaming is greedy-only: the observer is asked only whether to stop.
+pub fn beam_search(
+    ctx: &Ctx,
+    decoder: &mut dyn DecoderSession,
+    observer: &dyn SearchObserver,
+    starts: &[StartTokens],
+    params: &SearchParams,
+) -> Vec<Hypotheses> {
     let beam = params.beam_size;
     let vocab = decoder.vocabulary_size();
     let OutputColumns { ids: output, disabled, end: end_columns } = OutputColumns::new(decoder, params);
@@ -76,6 +83,9 @@ pub fn beam_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartT
     let mut candidates = Vec::with_capacity(num_candidates);
     let mut row_candidates: Vec<(usize, f32)> = Vec::new();
     for step in 0..params.max_length {
+        if observer.cancelled() {
+            break;
+        }
         let is_expanded = !expand_after_first_step || step > 0;
         let rows_per_example = if is_expanded { beam } else { 1 };
         decoder.step(ctx, &inputs, &mut logits);

@@ -1,10 +1,16 @@
 //! Greedy search: the arg-max token at each step. The log-probability of the chosen token
 //! is only computed when scores are requested (the arg-max of the logits is the same).
-use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchParams, StartTokens};
+use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchObserver, SearchParams, StartTokens};
 use crate::backend::cpu::ops;
 use crate::backend::Ctx;
 
-pub fn greedy_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[StartTokens], params: &SearchParams) -> Vec<Hypotheses> {
+pub fn greedy_search(
+    ctx: &Ctx,
+    decoder: &mut dyn DecoderSession,
+    observer: &mut dyn SearchObserver,
+    starts: &[StartTokens],
+    params: &SearchParams,
+) -> Vec<Hypotheses> {
     let batch = starts.len();
     let vocab = decoder.vocabulary_size();
     let OutputColumns { ids: output, disabled, end: end_columns } = OutputColumns::new(decoder, params);
@@ -18,6 +24,9 @@ pub fn greedy_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[Star
     let mut logits = Vec::new();
 
     for step in 0..params.max_length {
+        if observer.cancelled() {
+            break;
+        }
         decoder.step(ctx, &inputs, &mut logits);
         let mut keep = Vec::with_capacity(alive.len());
         for (r, &ex) in alive.iter().enumerate() {
@@ -40,8 +49,12 @@ pub fn greedy_search(ctx: &Ctx, decoder: &mut dyn DecoderSession, starts: &[Star
             }
             tokens[ex].push(word);
             scores[ex] += score;
-            let is_end = params.end_ids.contains(&word) && step >= prefix.len();
-            if is_end || step + 1 == params.max_length {
+            let mut is_end = params.end_ids.contains(&word) && step >= prefix.len();
+            let is_last = is_end || step + 1 == params.max_length;
+            if step >= prefix.len() && !observer.token(ex, step - prefix.len(), word, is_last) {
+                is_end = true; // The observer ends this hypothesis here.
+            }
+            if is_end || is_last {
                 let ids = std::mem::take(&mut tokens[ex]);
                 let hyps = vec![(ids, scores[ex]); 1];
                 let mut h = finalize(hyps, 1, params.length_penalty, params.return_scores);

@@ -37,6 +37,26 @@ pub(crate) fn target_id(column: usize, output: Option<&[u32]>) -> u32 {
     output.map_or(column as u32, |out| out[column])
 }
 
+/// What a search reports to, and asks of, whoever runs it, once per step.
+pub trait SearchObserver {
+    /// True when the search must stop now (its request was cancelled); the hypotheses
+    /// returned are then incomplete and meant to be thrown away.
+    fn cancelled(&self) -> bool {
+        false
+    }
+    /// Greedy search chose `id` for `example` at `step` (0-based, forced prefix tokens
+    /// excluded); `is_last` when the hypothesis ends with it. Returning false ends that
+    /// example's hypothesis here.
+    fn token(&mut self, _example: usize, _step: usize, _id: u32, _is_last: bool) -> bool {
+        true
+    }
+}
+
+/// A search that nobody watches.
+pub struct Unobserved;
+
+impl SearchObserver for Unobserved {}
+
 /// Decoding settings after validation (see `TranslateOptions` for their meaning).
 #[derive(Debug, Clone)]
 pub struct SearchParams {
@@ -155,7 +175,7 @@ mod tests {
     #[test]
     fn greedy_follows_the_argmax_and_scores_with_log_probabilities() {
         let mut d = scripted(2);
-        let out = greedy::greedy_search(&Ctx::default(), &mut d, &start(2, vec![]), &params(1));
+        let out = greedy::greedy_search(&Ctx::default(), &mut d, &mut Unobserved, &start(2, vec![]), &params(1));
         assert_eq!(out[0].ids, vec![vec![2, 3, EOS]]);
         let mut expected = 0.0;
         for (step, tok) in [(0, 2), (1, 3), (2, 1)] {
@@ -170,12 +190,12 @@ mod tests {
     fn greedy_forces_the_prefix_and_respects_min_and_max_length() {
         let mut p = params(1);
         p.max_length = 2;
-        let out = greedy::greedy_search(&Ctx::default(), &mut scripted(1), &start(1, vec![4]), &p);
+        let out = greedy::greedy_search(&Ctx::default(), &mut scripted(1), &mut Unobserved, &start(1, vec![4]), &p);
         assert_eq!(out[0].ids, vec![vec![4, 3]], "prefix token forced, then cut at max_length");
         let mut p = params(1);
         p.min_length = 4;
         p.max_length = 5;
-        let out = greedy::greedy_search(&Ctx::default(), &mut scripted(1), &start(1, vec![]), &p);
+        let out = greedy::greedy_search(&Ctx::default(), &mut scripted(1), &mut Unobserved, &start(1, vec![]), &p);
         assert_eq!(out[0].ids[0].len(), 5, "</s> is disabled before min_length");
         assert_ne!(out[0].ids[0][2], EOS);
     }
@@ -184,7 +204,7 @@ mod tests {
     fn beam_search_returns_sorted_n_best() {
         let mut p = params(3);
         p.num_hypotheses = 3;
-        let out = beam::beam_search(&Ctx::default(), &mut scripted(1), &start(1, vec![]), &p);
+        let out = beam::beam_search(&Ctx::default(), &mut scripted(1), &mut Unobserved, &start(1, vec![]), &p);
         assert_eq!(out[0].ids.len(), 3);
         assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
         assert!(out[0].scores.windows(2).all(|w| w[0] >= w[1]));
@@ -194,7 +214,7 @@ mod tests {
     fn disabled_tokens_are_never_chosen() {
         let mut p = params(1);
         p.disabled_ids = vec![2];
-        let out = greedy::greedy_search(&Ctx::default(), &mut scripted(1), &start(1, vec![]), &p);
+        let out = greedy::greedy_search(&Ctx::default(), &mut scripted(1), &mut Unobserved, &start(1, vec![]), &p);
         assert!(!out[0].ids[0].contains(&2));
     }
 }

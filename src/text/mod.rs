@@ -9,4 +9,4 @@ pub mod translate;
 pub use sentencepiece::{EncodedPiece, SentencePiece};
 pub use split::SplitMode;
 pub use tokenizer::{Tokenizer, TokenizerFiles};
-pub use translate::{SentenceTranslation, TextOptions, TextTranslation};
+pub use translate::{SentenceTranslation, TextOptions, TextTokenCallback, TextTokenEvent, TextTranslation};

@@ -3,6 +3,7 @@
 //! one sorted batch, and each translation is put back between the source's own gaps
 //! (spaces, line breaks, blank lines).
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 use std::borrow::Cow;
 
@@ -10,7 +11,7 @@ use super::sentencepiece::EncodedPiece;
 use super::split::{is_blank_char, split, trimmed, SplitMode};
 use super::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
-use crate::translator::{BatchType, TranslateOptions, Translator};
+use crate::translator::{BatchType, TokenCallback, TokenEvent, TranslateOptions, TranslationResult, Translator};
 
 /// Bergamot's default `max-length-break`.
 pub const DEFAULT_MAX_SENTENCE_TOKENS: usize = 128;
@@ -60,16 +61,25 @@ struct Unit {
     pieces: Vec<String>,
 }
 
-/// Translates `texts` (each one independent) with `translator` and `tokenizer`, calling
-/// `progress(done, total)` (in units) after each batch.
-pub fn translate_texts<S: AsRef<str>>(
+/// Texts cut into units and tokenized: the batch to translate, and what puts the
+/// translations back between the sources' gaps.
+pub(crate) struct PreparedTexts {
+    /// The units' pieces, one sentence of the batch each.
+    pub sources: Vec<Vec<String>>,
+    /// The caller's options, with a batch size for text when they leave it at 0.
+    pub options: TranslateOptions,
+    texts: Vec<String>,
+    units: Vec<Unit>,
+}
+
+/// Splits and tokenizes `texts` (each one independent) for translation by `translator`.
+pub(crate) fn prepare_texts<S: AsRef<str>>(
     translator: &Translator,
     tokenizer: &Tokenizer,
     texts: &[S],
     options: &TranslateOptions,
     text_options: &TextOptions,
-    progress: &mut dyn FnMut(usize, usize) -> bool,
-) -> Result<Vec<TextTranslation>> {
+) -> Result<PreparedTexts> {
     if options.num_hypotheses != 1 {
         return Err(Error::invalid_argument("text translation returns one translation per text: num_hypotheses must be 1"));
     }
@@ -84,12 +94,83 @@ pub fn translate_texts<S: AsRef<str>>(
         options.batch_type = BatchType::Examples;
     }
     let sources: Vec<Vec<String>> = units.iter_mut().map(|u| std::mem::take(&mut u.pieces)).collect();
-    let results = translator.translate_batch_with_progress(&sources, None, &options, progress)?;
-    let translations = results.into_iter().map(|r| {
-        let text = tokenizer.decode(r.hypotheses.first().map(Vec::as_slice).unwrap_or(&[]));
-        (text.trim().to_string(), r.scores.first().copied())
-    });
-    Ok(assemble(texts, &units, translations))
+    let texts = texts.iter().map(|t| t.as_ref().to_string()).collect();
+    Ok(PreparedTexts { sources, options, texts, units })
+}
+
+impl PreparedTexts {
+    /// Detokenizes the translations of the units (in order) and assembles each text.
+    pub fn finish(self, tokenizer: &Tokenizer, results: Vec<TranslationResult>) -> Vec<TextTranslation> {
+        let translations = results.into_iter().map(|r| {
+            let text = tokenizer.decode(r.hypotheses.first().map(Vec::as_slice).unwrap_or(&[]));
+            (text.trim().to_string(), r.scores.first().copied())
+        });
+        assemble(&self.texts, &self.units, translations)
+    }
+
+    /// Where each unit's translation goes: (text, index in that text's `sentences`).
+    pub fn slots(&self) -> Vec<(usize, usize)> {
+        let mut seen = vec![0usize; self.texts.len()];
+        self.units
+            .iter()
+            .map(|u| {
+                seen[u.text] += 1;
+                (u.text, seen[u.text] - 1)
+            })
+            .collect()
+    }
+}
+
+/// A token of a text's translation, as given to a text token callback.
+#[derive(Debug, Clone, Copy)]
+pub struct TextTokenEvent<'a> {
+    /// Index of the text in the request.
+    pub text: usize,
+    /// Index of the sentence in that text's `TextTranslation::sentences`.
+    pub sentence: usize,
+    /// Position of the token among the sentence's generated ones.
+    pub step: usize,
+    pub id: u32,
+    pub token: &'a str,
+    /// The sentence's translation so far, detokenized.
+    pub translation: &'a str,
+    /// The sentence's translation ends with this token.
+    pub is_last: bool,
+}
+
+/// Called for each generated token of text translations (greedy search only), on the
+/// translator's worker threads; returning false ends that sentence's translation there.
+pub type TextTokenCallback = Arc<dyn Fn(&TextTokenEvent) -> bool + Send + Sync>;
+
+/// A token callback that follows each unit's pieces and reports the detokenized
+/// translation so far to `callback` (the end token is not part of the text).
+pub(crate) fn text_token_callback(
+    slots: Vec<(usize, usize)>,
+    end_token: String,
+    detokenize: impl Fn(&[String]) -> String + Send + Sync + 'static,
+    callback: TextTokenCallback,
+) -> TokenCallback {
+    let pieces: Mutex<Vec<Vec<String>>> = Mutex::new(vec![Vec::new(); slots.len()]);
+    Arc::new(move |event: &TokenEvent| {
+        let translation = {
+            let mut pieces = pieces.lock().unwrap_or_else(|e| e.into_inner());
+            let unit = &mut pieces[event.example];
+            if event.token != end_token {
+                unit.push(event.token.to_string());
+            }
+            detokenize(unit).trim().to_string()
+        };
+        let (text, sentence) = slots[event.example];
+        callback(&TextTokenEvent {
+            text,
+            sentence,
+            step: event.step,
+            id: event.id,
+            token: event.token,
+            translation: &translation,
+            is_last: event.is_last,
+        })
+    })
 }
 
 /// The most source pieces a unit may have: `max_sentence_tokens`, `max_input_length` and

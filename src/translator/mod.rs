@@ -1,0 +1,501 @@
+//! Translation of token batches: options with CTranslate2's defaults and meaning,
+//! sorting by length and re-batching, encoding, searching, and restoring input order.
+mod job;
+mod workers;
+
+use std::sync::Arc;
+
+pub use job::{CompletionCallback, Job};
+use job::Request;
+use workers::Workers;
+
+use crate::backend::Ctx;
+use crate::decode::{beam::beam_search, greedy::greedy_search, Hypotheses, SearchObserver, SearchParams, StartTokens};
+use crate::error::{Error, Result};
+use crate::model::TranslationModel;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchType {
+    /// `max_batch_size` counts examples.
+    Examples,
+    /// `max_batch_size` counts tokens (batch size x longest source, padding included).
+    Tokens,
+}
+
+/// Options of `Translator::translate_batch`; defaults are CTranslate2's.
+#[derive(Debug, Clone)]
+pub struct TranslateOptions {
+    pub beam_size: usize,
+    pub patience: f32,
+    pub length_penalty: f32,
+    pub num_hypotheses: usize,
+    pub return_scores: bool,
+    /// Source truncation (special tokens included); 0 = none.
+    pub max_input_length: usize,
+    pub max_decoding_length: usize,
+    pub min_decoding_length: usize,
+    /// Token that ends a hypothesis; `None` = the model's end-of-sentence token.
+    pub end_token: Option<String>,
+    pub disable_unk: bool,
+    /// 0 = translate everything as one batch.
+    pub max_batch_size: usize,
+    pub batch_type: BatchType,
+    /// Bounds the decoding length of a batch to this factor times its longest source
+    /// (Marian's `max-length-factor`); 0 = no such bound.
+    pub max_length_factor: f32,
+    /// Restrict the output layer to the model's lexical shortlist when it has one.
+    pub use_shortlist: bool,
+}
+
+impl Default for TranslateOptions {
+    fn default() -> Self {
+        TranslateOptions {
+            beam_size: 2,
+            patience: 1.0,
+            length_penalty: 1.0,
+            num_hypotheses: 1,
+            return_scores: false,
+            max_input_length: 1024,
+            max_decoding_length: 256,
+            min_decoding_length: 1,
+            end_token: None,
+            disable_unk: false,
+            max_batch_size: 0,
+            batch_type: BatchType::Examples,
+            max_length_factor: 0.0,
+            use_shortlist: true,
+        }
+    }
+}
+
+impl TranslateOptions {
+    /// The checks CTranslate2 makes, with the same wording where it has one.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::invalid_argument(m));
+        if self.beam_size == 0 {
+            return bad("The beam size must be > 0");
+        }
+        if !(self.patience > 0.0) || !self.patience.is_finite() {
+            return bad("The patience factor must be > 0");
+        }
+        if !self.length_penalty.is_finite() {
+            return bad("The length penalty must be a finite number");
+        }
+        if self.num_hypotheses == 0 {
+            return bad("The number of hypotheses must be > 0");
+        }
+        if self.num_hypotheses > (self.beam_size as f32 * self.patience).round() as usize {
+            return bad("The number of hypotheses cannot be greater than beam_size * patience");
+        }
+        if self.max_decoding_length == 0 {
+            return bad("The maximum decoding length must be > 0");
+        }
+        if self.min_decoding_length > self.max_decoding_length {
+            return bad("The minimum decoding length is greater than the maximum decoding length");
+        }
+        if self.beam_size > 1024 || self.num_hypotheses > 1024 {
+            return bad("beam_size and num_hypotheses must be at most 1024");
+        }
+        if !(self.max_length_factor >= 0.0) || !self.max_length_factor.is_finite() {
+            return bad("The maximum length factor must be a finite number >= 0");
+        }
+        Ok(())
+    }
+}
+
+/// The n-best translations of one source sentence, best first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TranslationResult {
+    pub hypotheses: Vec<Vec<String>>,
+    /// Empty unless `return_scores` was set.
+    pub scores: Vec<f32>,
+}
+
+/// A token greedy decoding just chose, as given to a token callback.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenEvent<'a> {
+    /// Index of the sentence in the request.
+    pub example: usize,
+    /// Position of the token among the generated ones (0 = the first after the prefix).
+    pub step: usize,
+    pub id: u32,
+    pub token: &'a str,
+    /// The hypothesis ends with this token (the end token, the length limit, or the
+    /// callback having returned false for it).
+    pub is_last: bool,
+}
+
+/// Called for each generated token (greedy search only), on the translator's worker
+/// threads (concurrently when `inter_threads` > 1); returning false ends that sentence's
+/// translation at this token.
+pub type TokenCallback = Arc<dyn Fn(&TokenEvent) -> bool + Send + Sync>;
+
+/// Runs translations on one model: `inter_threads` workers translate batches side by side,
+/// sharing the model's weights, each with its own decoding state and `intra_threads`.
+/// Every call, from any thread, queues its batches for the workers.
+pub struct Translator {
+    model: Arc<dyn TranslationModel>,
+    workers: Workers,
+}
+
+impl Translator {
+    pub fn new(model: Arc<dyn TranslationModel>, inter_threads: usize, intra_threads: usize) -> Result<Translator> {
+        let workers = Workers::new(inter_threads.max(1), intra_threads.max(1))?;
+        Ok(Translator { model, workers })
+    }
+
+    /// Number of batches translated at once.
+    pub fn inter_threads(&self) -> usize {
+        self.workers.count()
+    }
+
+    pub fn model(&self) -> &Arc<dyn TranslationModel> {
+        &self.model
+    }
+
+    /// CTranslate2's defaults with what the model's package prescribes (Marian's YAML:
+    /// beam size, normalization, length factor, mini-batch, `<unk>` suppression).
+    pub fn default_options(&self) -> TranslateOptions {
+        let package = self.model.package_decoding();
+        let defaults = TranslateOptions::default();
+        TranslateOptions {
+            beam_size: package.beam_size.unwrap_or(defaults.beam_size).max(1),
+            length_penalty: package.length_penalty.unwrap_or(defaults.length_penalty),
+            max_length_factor: package.max_length_factor.unwrap_or(defaults.max_length_factor),
+            max_batch_size: package.max_batch_size.unwrap_or(defaults.max_batch_size),
+            min_decoding_length: package.min_length.unwrap_or(defaults.min_decoding_length),
+            disable_unk: !package.allow_unk,
+            ..defaults
+        }
+    }
+
+    /// Translates tokenized sentences; `target_prefix`, when given, has one (possibly
+    /// empty) prefix per sentence that every hypothesis starts with.
+    pub fn translate_batch(
+        &self,
+        source: &[Vec<String>],
+        target_prefix: Option<&[Vec<String>]>,
+        options: &TranslateOptions,
+    ) -> Result<Vec<TranslationResult>> {
+        self.translate_batch_with_progress(source, target_prefix, options, &mut |_, _| true)
+    }
+
+    /// [`Translator::translate_batch`] that calls `progress(done, total)` on the calling
+    /// thread after each batch (sentences translated so far, of all); `false` stops the
+    /// translation with a [`crate::ErrorKind::Cancelled`] error.
+    pub fn translate_batch_with_progress(
+        &self,
+        source: &[Vec<String>],
+        target_prefix: Option<&[Vec<String>]>,
+        options: &TranslateOptions,
+        progress: &mut dyn FnMut(usize, usize) -> bool,
+    ) -> Result<Vec<TranslationResult>> {
+        let job = self.submit(source.to_vec(), target_prefix.map(<[_]>::to_vec), options.clone(), None, Box::new(Ok), None)?;
+        job.wait_with_progress(progress)
+    }
+
+    /// Queues a translation and returns at once. `finish` turns the results (input order)
+    /// into the job's output on the worker that ends the job; `on_complete` is called then
+    /// (on that worker, or here when the job ends at once).
+    pub fn submit<T: Send + 'static>(
+        &self,
+        source: Vec<Vec<String>>,
+        target_prefix: Option<Vec<Vec<String>>>,
+        options: TranslateOptions,
+        on_token: Option<TokenCallback>,
+        finish: job::Finish<T>,
+        on_complete: Option<CompletionCallback>,
+    ) -> Result<Job<T>> {
+        options.validate()?;
+        if let Some(p) = &target_prefix {
+            if p.len() != source.len() {
+                return Err(Error::invalid_argument(format!(
+                    "the batch has {} sources but {} target prefixes",
+                    source.len(),
+                    p.len()
+                )));
+            }
+        }
+        if on_token.is_some() && options.beam_size > 1 {
+            return Err(Error::invalid_argument("token streaming needs greedy search: set beam_size to 1"));
+        }
+        let request = Request::new(Arc::clone(&self.model), source, target_prefix, options, on_token, finish, on_complete);
+        self.workers.submit(request.tasks());
+        Ok(Job::new(request))
+    }
+}
+
+/// Translates one batch on the calling thread: sources without content get CTranslate2's
+/// shortcut, the others are encoded and searched together. Results are in batch order.
+pub(crate) fn translate_examples(
+    model: &dyn TranslationModel,
+    ctx: &Ctx,
+    sources: &[&[String]],
+    prefixes: &[&[String]],
+    options: &TranslateOptions,
+    observer: &mut dyn SearchObserver,
+) -> Result<Vec<TranslationResult>> {
+    let mut results = vec![TranslationResult::default(); sources.len()];
+    let mut to_run = Vec::with_capacity(sources.len());
+    for (i, (source, prefix)) in sources.iter().zip(prefixes).enumerate() {
+        match skip_translation(model, source, prefix, options) {
+            Some(r) => results[i] = r,
+            None => to_run.push(i),
+        }
+    }
+    if !to_run.is_empty() {
+        let run_sources: Vec<&[String]> = to_run.iter().map(|&i| sources[i]).collect();
+        let run_prefixes: Vec<&[String]> = to_run.iter().map(|&i| prefixes[i]).collect();
+        let mut observer = Renumbered { inner: observer, indices: &to_run };
+        let translated = run_translation(model, ctx, &run_sources, &run_prefixes, options, &mut observer)?;
+        for (i, r) in to_run.into_iter().zip(translated) {
+            results[i] = r;
+        }
+    }
+    Ok(results)
+}
+
+/// An observer of a sub-batch, reporting examples by their index in the whole batch.
+struct Renumbered<'a> {
+    inner: &'a mut dyn SearchObserver,
+    indices: &'a [usize],
+}
+
+impl SearchObserver for Renumbered<'_> {
+    fn cancelled(&self) -> bool {
+        self.inner.cancelled()
+    }
+    fn token(&mut self, example: usize, step: usize, id: u32, is_last: bool) -> bool {
+        self.inner.token(self.indices[example], step, id, is_last)
+    }
+}
+
+/// CTranslate2's shortcut for a source with no content: the translation is the target
+/// prefix (or empty) with score 0, without running the model.
+fn skip_translation(model: &dyn TranslationModel, source: &[String], prefix: &[String], options: &TranslateOptions) -> Option<TranslationResult> {
+    let cfg = model.special_tokens();
+    let mut length = source.len();
+    if length == 1 && (source[0] == cfg.bos || source[0] == cfg.eos) {
+        length = 0;
+    } else if length >= 2 {
+        if source[0] == cfg.bos {
+            length -= 1;
+        }
+        if source[source.len() - 1] == cfg.eos {
+            length -= 1;
+        } else if source[source.len() - 2] == cfg.eos {
+            length -= 2; // A language code follows the end token.
+        }
+    }
+    if length > 0 {
+        return None;
+    }
+    let vocab = model.target_vocabulary();
+    let mut hypothesis: Vec<String> = prefix.to_vec();
+    if cfg.decoder_start.is_none() && !hypothesis.is_empty() {
+        hypothesis.remove(0);
+    }
+    hypothesis.truncate(options.max_decoding_length);
+    for t in hypothesis.iter_mut() {
+        *t = vocab.token(vocab.id_or_unk(t)).to_string();
+    }
+    Some(TranslationResult {
+        hypotheses: vec![hypothesis; options.num_hypotheses],
+        scores: if options.return_scores { vec![0.0; options.num_hypotheses] } else { Vec::new() },
+    })
+}
+
+fn source_ids(m: &dyn TranslationModel, tokens: &[String], max_length: usize) -> Result<Vec<u32>> {
+    let cfg = m.special_tokens();
+    let vocab = m.source_vocabulary();
+    let eos = vocab.id_or_unk(&cfg.eos);
+    let mut ids = Vec::with_capacity(tokens.len() + 2);
+    if cfg.add_source_bos {
+        ids.push(vocab.id_or_unk(&cfg.bos));
+    }
+    ids.extend(tokens.iter().map(|t| vocab.id_or_unk(t)));
+    if cfg.add_source_eos {
+        ids.push(eos);
+    }
+    if max_length > 0 && ids.len() > max_length {
+        // Keep the end token (and a language code after it) at the end, as CTranslate2 does.
+        let n = ids.len();
+        if ids[n - 1] == eos {
+            ids[max_length - 1] = eos;
+        } else if n >= 2 && ids[n - 2] == eos && max_length >= 2 {
+            ids[max_length - 2] = eos;
+            ids[max_length - 1] = ids[n - 1];
+        }
+        ids.truncate(max_length);
+    }
+    if let Some(max) = m.max_source_positions() {
+        if ids.len() > max {
+            return Err(Error::invalid_argument(format!(
+                "a source of {} tokens is longer than the {max} positions the model supports; \
+                 set max_input_length to at most {max}",
+                ids.len()
+            )));
+        }
+    }
+    Ok(ids)
+}
+
+fn run_translation(
+    m: &dyn TranslationModel,
+    ctx: &Ctx,
+    sources: &[&[String]],
+    prefixes: &[&[String]],
+    options: &TranslateOptions,
+    observer: &mut dyn SearchObserver,
+) -> Result<Vec<TranslationResult>> {
+    let cfg = m.special_tokens();
+    let tv = m.target_vocabulary();
+    let source_ids = sources
+        .iter()
+        .map(|s| source_ids(m, s, options.max_input_length))
+        .collect::<Result<Vec<_>>>()?;
+    let mut starts = Vec::with_capacity(prefixes.len());
+    for p in prefixes {
+        let mut ids: Vec<u32> = Vec::with_capacity(p.len() + 1);
+        if let Some(start) = &cfg.decoder_start {
+            ids.push(tv.id_or_unk(start));
+        }
+        ids.extend(p.iter().map(|t| tv.id_or_unk(t)));
+        if ids.is_empty() {
+            return Err(Error::invalid_argument(
+                "One input has no decoder start token: this model has no decoder_start_token, \
+                 so every example needs a target prefix",
+            ));
+        }
+        starts.push(StartTokens { start: ids[0], prefix: ids[1..].to_vec() });
+    }
+    // A stored position table bounds the decoding length (CTranslate2 raises an error
+    // when decoding reaches its end; Tolk ends the hypotheses there instead).
+    let mut max_length = match m.max_target_positions() {
+        Some(max) => options.max_decoding_length.min(max),
+        None => options.max_decoding_length,
+    };
+    if options.max_length_factor > 0.0 {
+        let longest = source_ids.iter().map(Vec::len).max().unwrap_or(0);
+        // A minimum length asked for explicitly wins over the factor's bound.
+        let bound = ((longest as f32 * options.max_length_factor).ceil() as usize).max(options.min_decoding_length).max(1);
+        max_length = max_length.min(bound);
+    }
+    let end_ids = vec![match &options.end_token {
+        Some(t) => tv
+            .id(t)
+            .ok_or_else(|| Error::invalid_argument(format!("end_token {t:?} is not in the target vocabulary")))?,
+        None => tv.id_or_unk(&cfg.eos),
+    }];
+    let params = SearchParams {
+        beam_size: options.beam_size,
+        patience: options.patience,
+        length_penalty: options.length_penalty,
+        num_hypotheses: options.num_hypotheses,
+        max_length,
+        min_length: options.min_decoding_length,
+        disabled_ids: if options.disable_unk { vec![tv.unk_id()] } else { Vec::new() },
+        end_ids: end_ids.clone(),
+        return_scores: options.return_scores,
+    };
+
+    let output_ids = if options.use_shortlist { m.output_candidates(&source_ids) } else { None };
+    let output_ids = output_ids.map(|mut ids| {
+        // The tokens decoding must be able to produce or force are always candidates.
+        ids.extend(params.end_ids.iter().copied());
+        ids.extend(starts.iter().flat_map(|s| s.prefix.iter().copied()));
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    });
+    let mut session = m.start(ctx, &source_ids, output_ids)?;
+    let hyps: Vec<Hypotheses> = if options.beam_size == 1 {
+        greedy_search(ctx, session.as_mut(), observer, &starts, &params)
+    } else {
+        beam_search(ctx, session.as_mut(), observer, &starts, &params)
+    };
+    Ok(hyps
+        .into_iter()
+        .map(|h| TranslationResult {
+            hypotheses: h
+                .ids
+                .into_iter()
+                .map(|mut ids| {
+                    while ids.last().is_some_and(|id| end_ids.contains(id)) {
+                        ids.pop();
+                    }
+                    ids.into_iter().map(|id| tv.token(id).to_string()).collect()
+                })
+                .collect(),
+            scores: h.scores,
+        })
+        .collect())
+}
+
+/// Splits example indices into batches like CTranslate2: longest sources first, then
+/// cut so that each batch holds at most `max_batch_size` examples or tokens (padding
+/// included). Returns the original indices of each batch.
+pub fn rebatch(source: &[Vec<String>], max_batch_size: usize, batch_type: BatchType) -> Vec<Vec<usize>> {
+    if source.is_empty() {
+        return Vec::new();
+    }
+    let (max_batch_size, batch_type) =
+        if max_batch_size == 0 { (source.len(), BatchType::Examples) } else { (max_batch_size, batch_type) };
+    let mut order: Vec<usize> = (0..source.len()).collect();
+    order.sort_by(|&a, &b| source[b].len().cmp(&source[a].len()));
+    let mut batches = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut max_increment = 0;
+    for i in order {
+        let increment = match batch_type {
+            BatchType::Examples => 1,
+            BatchType::Tokens => source[i].len(),
+        };
+        let new_max = max_increment.max(increment);
+        if !current.is_empty() && (current.len() + 1) * new_max > max_batch_size {
+            batches.push(std::mem::take(&mut current));
+            max_increment = increment;
+        } else {
+            max_increment = new_max;
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(n: usize) -> Vec<String> {
+        vec!["a".to_string(); n]
+    }
+
+    #[test]
+    fn rebatch_sorts_longest_first_and_cuts() {
+        let src = vec![toks(1), toks(5), toks(3), toks(2)];
+        assert_eq!(rebatch(&src, 0, BatchType::Tokens), vec![vec![1, 2, 3, 0]]);
+        assert_eq!(rebatch(&src, 2, BatchType::Examples), vec![vec![1, 2], vec![3, 0]]);
+        // Tokens: 5 alone (2 x 5 > 6), then 3 + 2 (2 x 3 = 6), then 1.
+        assert_eq!(rebatch(&src, 6, BatchType::Tokens), vec![vec![1], vec![2, 3], vec![0]]);
+        assert!(rebatch(&[], 4, BatchType::Examples).is_empty());
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let ok = TranslateOptions::default();
+        assert!(ok.validate().is_ok());
+        for bad in [
+            TranslateOptions { beam_size: 0, ..ok.clone() },
+            TranslateOptions { num_hypotheses: 3, ..ok.clone() },
+            TranslateOptions { patience: 0.0, ..ok.clone() },
+            TranslateOptions { max_decoding_length: 0, ..ok.clone() },
+            TranslateOptions { min_decoding_length: 300, ..ok.clone() },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+}
