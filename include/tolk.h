@@ -543,11 +543,13 @@ enum TolkStatus tolk_translator_new(const struct TolkModel *model,
                                     struct TolkTranslator **out_translator);
 
 /**
- * Releases a translator.
+ * Releases a translator. Jobs still in flight (tolk_translate_batch_async) are cancelled:
+ * they end with TOLK_ERROR_CANCELLED and their handles stay valid until tolk_job_free.
+ * Returns once the translator's threads have stopped (at most one decoding step).
  *
  * # Safety
  * `translator` must be NULL or a pointer from tolk_translator_new not yet freed, and no
- * call may be using it.
+ * blocking call (tolk_translate_*) may be using it. Not from a job's callbacks.
  */
 void tolk_translator_free(struct TolkTranslator *translator);
 
@@ -739,8 +741,11 @@ enum TolkStatus tolk_job_result(const struct TolkJob *job, struct TolkResult **o
 enum TolkStatus tolk_job_text_result(const struct TolkJob *job, struct TolkTextResult **out_result);
 
 /**
- * Releases a job handle. A job still running is cancelled first (nobody could read its
- * results); its completion callback is still called once. Does not block.
+ * Releases a job handle. A job still running is cancelled (nobody could read its
+ * results) and its completion callback is still called once; this call returns when the
+ * job has ended and its callbacks have returned, so their user data may be released
+ * afterwards. That takes at most one decoding step. It may be called from the job's
+ * completion callback, never from its on_token callback.
  *
  * # Safety
  * `job` must be NULL or a job not yet freed, and no call may be using it.

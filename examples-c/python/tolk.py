@@ -43,6 +43,7 @@ Errors raise :class:`TolkError` with the status code and ``tolk_last_error()``
 (:class:`TolkCancelled`, a subclass, for a cancelled translation).
 """
 
+import collections
 import ctypes
 import ctypes.util
 import math
@@ -139,11 +140,32 @@ class TolkTranslatorOptions(ctypes.Structure):
         ("compute_type", ctypes.c_char_p),
         ("intra_threads", ctypes.c_uint32),
         ("device_index", ctypes.c_uint32),
+        ("inter_threads", ctypes.c_uint32),
     ]
 
 
 # TolkProgressCallback: bool (*)(void *user_data, size_t done, size_t total).
 TolkProgressCallback = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
+
+
+class TolkTokenEvent(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("token_id", ctypes.c_uint32),
+        ("index", ctypes.c_size_t),
+        ("sentence", ctypes.c_size_t),
+        ("step", ctypes.c_size_t),
+        ("token", ctypes.c_char_p),
+        ("text", ctypes.c_void_p),  # UTF-8, text_length bytes (NULL in token calls)
+        ("text_length", ctypes.c_size_t),
+        ("is_last", ctypes.c_bool),
+    ]
+
+
+# TolkTokenCallback: bool (*)(void *user_data, const TolkTokenEvent *event).
+TolkTokenCallback = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.POINTER(TolkTokenEvent))
+# TolkJobCallback: void (*)(void *user_data, TolkStatus status).
+TolkJobCallback = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)
 
 
 class TolkTranslateOptions(ctypes.Structure):
@@ -168,6 +190,9 @@ class TolkTranslateOptions(ctypes.Structure):
         ("max_length_factor", ctypes.c_float),
         # Restrict the output layer to the model's shortlist when it has one.
         ("use_shortlist", ctypes.c_bool),
+        # Called for each generated token (greedy search), on the translator's threads.
+        ("on_token", TolkTokenCallback),
+        ("on_token_user_data", ctypes.c_void_p),
     ]
 
 
@@ -206,6 +231,10 @@ class _TolkResult(ctypes.Structure):
     pass
 
 
+class _TolkJob(ctypes.Structure):
+    pass
+
+
 class _TolkTextResult(ctypes.Structure):
     pass
 
@@ -214,6 +243,7 @@ _ModelP = ctypes.POINTER(_TolkModel)
 _TranslatorP = ctypes.POINTER(_TolkTranslator)
 _ResultP = ctypes.POINTER(_TolkResult)
 _TextResultP = ctypes.POINTER(_TolkTextResult)
+_JobP = ctypes.POINTER(_TolkJob)
 _Status = ctypes.c_int  # enum TolkStatus
 _CharPP = ctypes.POINTER(ctypes.c_char_p)  # const char *const *
 _CharPPP = ctypes.POINTER(_CharPP)  # const char *const *const *
@@ -351,6 +381,42 @@ def _declare(lib):
         ctypes.POINTER(TolkSentenceInfo),
     )
     fn("tolk_text_result_free", None, _TextResultP)
+
+    fn(
+        "tolk_translate_batch_async",
+        _Status,
+        _TranslatorP,
+        _CharPPP,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.c_size_t,
+        _CharPPP,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(TolkTranslateOptions),
+        TolkJobCallback,
+        ctypes.c_void_p,
+        ctypes.POINTER(_JobP),
+    )
+    fn(
+        "tolk_translate_text_async",
+        _Status,
+        _TranslatorP,
+        _CharPP,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.c_size_t,
+        ctypes.POINTER(TolkTranslateOptions),
+        ctypes.POINTER(TolkTextOptions),
+        TolkJobCallback,
+        ctypes.c_void_p,
+        ctypes.POINTER(_JobP),
+    )
+    fn("tolk_job_is_done", ctypes.c_bool, _JobP)
+    fn("tolk_job_wait_for", ctypes.c_bool, _JobP, ctypes.c_int64)
+    fn("tolk_job_wait", _Status, _JobP)
+    fn("tolk_job_progress", _Status, _JobP, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
+    fn("tolk_job_cancel", None, _JobP)
+    fn("tolk_job_result", _Status, _JobP, ctypes.POINTER(_ResultP))
+    fn("tolk_job_text_result", _Status, _JobP, ctypes.POINTER(_TextResultP))
+    fn("tolk_job_free", None, _JobP)
     return lib
 
 
@@ -431,6 +497,129 @@ def _set_progress(opts, progress, keep) -> Optional[_Progress]:
     opts.progress = wrapper.c_callback
     opts.progress_user_data = None
     return wrapper
+
+
+TokenEvent = collections.namedtuple("TokenEvent", "index sentence step token_id token text is_last")
+TokenEvent.__doc__ = """A token just generated, as given to ``on_token``: ``index`` of the sentence
+(token calls) or text (text calls), ``sentence`` within that text (text calls; else 0),
+``step`` among the generated tokens, ``token_id``, ``token``, ``text`` -- the sentence's
+translation so far (text calls; else ``None``) -- and ``is_last``."""
+
+
+class _TokenStream:
+    """A Python ``on_token(event)`` callable as the TolkTokenCallback of one call or job.
+
+    It is called on the translator's threads (ctypes takes the GIL). ``None`` or a true
+    result goes on, a false one ends that sentence's translation; an exception is kept
+    (the sentence ends) and raised when the call returns or the job's result is read."""
+
+    def __init__(self, fn):
+        if not callable(fn):
+            raise TypeError("on_token must be a callable (event) -> bool, got %r" % type(fn).__name__)
+        self.fn = fn
+        self.error = None
+        self.c_callback = TolkTokenCallback(self._call)
+
+    def _call(self, user_data, event_p):
+        if self.error is not None:
+            return False
+        try:
+            e = event_p.contents
+            text = None
+            if e.text:
+                text = ctypes.string_at(e.text, e.text_length).decode("utf-8", "replace")
+            token = e.token.decode("utf-8", "replace") if e.token else ""
+            go_on = self.fn(TokenEvent(int(e.index), int(e.sentence), int(e.step), int(e.token_id), token, text,
+                                       bool(e.is_last)))
+            return go_on is None or bool(go_on)
+        except BaseException as exc:  # noqa: B902 -- nothing may unwind into C
+            self.error = exc
+            return False
+
+    def reraise(self):
+        error, self.error = self.error, None
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None
+
+
+def _set_on_token(opts, on_token, keep) -> Optional[_TokenStream]:
+    """Sets ``opts.on_token`` for a Python callable (``None``: no callback)."""
+    if on_token is None:
+        return None
+    wrapper = _TokenStream(on_token)
+    keep.append(wrapper)
+    opts.on_token = wrapper.c_callback
+    opts.on_token_user_data = None
+    return wrapper
+
+
+class Job:
+    """A translation in flight (``TolkJob``), from :meth:`Translator.translate_batch_async`
+    or :meth:`Translator.translate_text_async`: poll it, wait for it, cancel it, read its
+    result (once). Closing it (or losing it) cancels the work if it is still running."""
+
+    def __init__(self, lib, ptr, keep, read, streams):
+        self._lib = lib
+        self._ptr = ptr
+        self._keep = keep  # the callbacks' thunks: alive until the job has settled
+        self._read = read
+        self._streams = streams
+
+    def done(self) -> bool:
+        """Whether the job has ended (translated, failed or cancelled). Never blocks."""
+        return bool(self._ptr) and self._lib.tolk_job_is_done(self._ptr)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until the job ends or ``timeout`` seconds have passed; True if it ended."""
+        self._check_open()
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        return self._lib.tolk_job_wait_for(self._ptr, ms)
+
+    def progress(self) -> Tuple[int, int]:
+        """Sentences translated so far and their total."""
+        self._check_open()
+        done, total = ctypes.c_size_t(), ctypes.c_size_t()
+        _check(self._lib, self._lib.tolk_job_progress(self._ptr, ctypes.byref(done), ctypes.byref(total)))
+        return done.value, total.value
+
+    def cancel(self):
+        """Asks the job to stop; :meth:`result` then raises :class:`TolkCancelled`."""
+        if self._ptr:
+            self._lib.tolk_job_cancel(self._ptr)
+
+    def result(self):
+        """Waits for the job and returns what the blocking call would have returned."""
+        self._check_open()
+        try:
+            return self._read(self._ptr)
+        finally:
+            for s in self._streams:
+                s.reraise()
+
+    def close(self):
+        ptr, self._ptr = self._ptr, None
+        if ptr:
+            self._lib.tolk_job_free(ptr)  # cancels a running job and waits until it settled
+        self._keep = None
+
+    def _check_open(self):
+        if not self._ptr:
+            raise ValueError("the job is closed")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 def version() -> str:
@@ -688,12 +877,15 @@ class _CharIndex:
 class Translator:
     """A translator (``TolkTranslator``) over a :class:`Model`.
 
-    A translator holds no mutable state: any number of threads may call
-    ``translate_batch`` / ``translate_text`` on one translator at the same time, and
-    the calls run in parallel (ctypes releases the GIL during each library call);
-    each call uses the translator's ``intra_threads``.  Several translators may
-    share one model.  Closing a translator while another thread still uses it
-    is the caller's error.
+    A translator runs ``inter_threads`` workers that share the model's weights, each
+    with its own decoding state and ``intra_threads`` threads (CTranslate2's meaning).
+    Any number of threads may call ``translate_batch`` / ``translate_text`` on one
+    translator at the same time (ctypes releases the GIL during each library call):
+    their batches queue for the workers, so up to ``inter_threads`` batches run in
+    parallel.  ``translate_batch_async`` / ``translate_text_async`` return a
+    :class:`Job` at once.  Several translators may share one model.  Closing a
+    translator cancels its jobs in flight; closing it while another thread is inside
+    a blocking call on it is the caller's error.
     """
 
     def __init__(
@@ -705,6 +897,7 @@ class Translator:
         source_tokenizer: Optional[str] = None,
         target_tokenizer: Optional[str] = None,
         device_index: int = 0,
+        inter_threads: int = 1,
     ):
         """``model`` is a :class:`Model` or, as in ``ctranslate2.Translator``, a model
         directory (then loaded with ``compute_type``, ``device`` (None = "auto"),
@@ -744,6 +937,7 @@ class Translator:
         opts.compute_type = self._compute_b
         opts.intra_threads = int(intra_threads)
         opts.device_index = int(device_index)
+        opts.inter_threads = int(inter_threads)
         out = _TranslatorP()
         status = self._lib.tolk_translator_new(model._ptr, ctypes.byref(opts), ctypes.byref(out))
         _check(self._lib, status)
@@ -798,6 +992,7 @@ class Translator:
         max_length_factor: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
         progress=None,
+        on_token=None,
     ) -> List[TranslationResult]:
         """Translate a batch of token lists; same arguments and defaults as
         ``ctranslate2.Translator.translate_batch``.
@@ -807,7 +1002,59 @@ class Translator:
         translated; ``done`` reaches ``total`` on a completed call, an empty batch makes
         no call). Returning ``False`` stops the translation and raises
         :class:`TolkCancelled`; ``None`` or ``True`` goes on. An exception raised by
-        ``progress`` stops the translation too and is raised from this call."""
+        ``progress`` stops the translation too and is raised from this call.
+
+        ``on_token``, if given (greedy search only: ``beam_size=1``), is called as
+        ``on_token(event)`` with a :class:`TokenEvent` for each generated token, on the
+        translator's threads; returning ``False`` ends that sentence there."""
+        keep, opts, args, streams = self._batch_arguments(
+            source, target_prefix, progress, on_token, beam_size=beam_size, patience=patience,
+            length_penalty=length_penalty, num_hypotheses=num_hypotheses, return_scores=return_scores,
+            max_input_length=max_input_length, max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
+            max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
+            use_shortlist=use_shortlist)
+        out = _ResultP()
+        status = self._lib.tolk_translate_batch(self._ptr, *args, ctypes.byref(opts), ctypes.byref(out))
+        for stream in streams:
+            if stream.error is not None:
+                self._lib.tolk_result_free(out)  # NULL after a cancel; no-op
+                stream.reraise()
+        _check(self._lib, status)
+        try:
+            return self._read_result(out, return_scores)
+        finally:
+            self._lib.tolk_result_free(out)
+
+    def translate_batch_async(self, source, target_prefix=None, *, on_token=None, **options) -> "Job":
+        """Queues :meth:`translate_batch` (same arguments, without ``progress``) and returns
+        a :class:`Job` at once; ``job.result()`` gives the list of :class:`TranslationResult`."""
+        if "progress" in options:
+            raise TypeError("translate_batch_async has no progress callback: use Job.progress()")
+        keep, opts, args, streams = self._batch_arguments(source, target_prefix, None, on_token, **options)
+        return_scores = bool(options.get("return_scores", False))
+        out = _JobP()
+        status = self._lib.tolk_translate_batch_async(
+            self._ptr, *args, ctypes.byref(opts), TolkJobCallback(), None, ctypes.byref(out))
+        _check(self._lib, status)
+
+        def read(job_ptr):
+            res = _ResultP()
+            _check(self._lib, self._lib.tolk_job_result(job_ptr, ctypes.byref(res)))
+            try:
+                return self._read_result(res, return_scores)
+            finally:
+                self._lib.tolk_result_free(res)
+
+        return Job(self._lib, out, keep, read, streams)
+
+    def _batch_arguments(self, source, target_prefix, progress, on_token, beam_size=None, patience=1.0,
+                         length_penalty=None, num_hypotheses=1, return_scores=False, max_input_length=1024,
+                         max_decoding_length=256, min_decoding_length=None, end_token=None,
+                         disable_unk=None, max_batch_size=None, batch_type="examples",
+                         max_length_factor=None, use_shortlist=None):
+        """Checks a token batch and builds its C arguments: (keep, options, (sources,
+        source lengths, count, prefixes, prefix lengths), callback wrappers)."""
         if self.closed:
             raise ValueError("the translator is closed")
         if batch_type not in BATCH_TYPES:
@@ -822,51 +1069,21 @@ class Translator:
                 raise ValueError(
                     "target_prefix has %d entries but the batch has %d" % (len(target_prefix), batch)
                 )
-
-        keep = []  # keeps every ctypes buffer alive during the call
+        keep = []  # keeps every ctypes buffer and thunk alive during the call
         opts = self._translate_options(
-            keep,
-            beam_size=beam_size,
-            patience=patience,
-            length_penalty=length_penalty,
-            num_hypotheses=num_hypotheses,
-            return_scores=return_scores,
-            max_input_length=max_input_length,
-            max_decoding_length=max_decoding_length,
-            min_decoding_length=min_decoding_length,
-            end_token=end_token,
-            disable_unk=disable_unk,
-            max_batch_size=max_batch_size,
-            batch_type=batch_type,
-            max_length_factor=max_length_factor,
-            use_shortlist=use_shortlist,
-        )
-        reporter = _set_progress(opts, progress, keep)
+            keep, beam_size=beam_size, patience=patience, length_penalty=length_penalty,
+            num_hypotheses=num_hypotheses, return_scores=return_scores,
+            max_input_length=max_input_length, max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
+            max_batch_size=max_batch_size, batch_type=batch_type,
+            max_length_factor=max_length_factor, use_shortlist=use_shortlist)
+        streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
         src_ptrs, src_lens = self._token_arrays(source, keep, allow_none=False)
         if target_prefix is None:
             tp_ptrs, tp_lens = None, None
         else:
             tp_ptrs, tp_lens = self._token_arrays(target_prefix, keep, allow_none=True)
-
-        out = _ResultP()
-        status = self._lib.tolk_translate_batch(
-            self._ptr,
-            src_ptrs,
-            src_lens,
-            batch,
-            tp_ptrs,
-            tp_lens,
-            ctypes.byref(opts),
-            ctypes.byref(out),
-        )
-        if reporter is not None and reporter.error is not None:
-            self._lib.tolk_result_free(out)  # NULL after a cancel; no-op
-            reporter.reraise()
-        _check(self._lib, status)
-        try:
-            return self._read_result(out, return_scores)
-        finally:
-            self._lib.tolk_result_free(out)
+        return keep, opts, (src_ptrs, src_lens, batch, tp_ptrs, tp_lens), streams
 
     def _translate_options(self, keep, *, beam_size, patience, length_penalty, num_hypotheses,
                            return_scores, max_input_length, max_decoding_length,
@@ -925,6 +1142,7 @@ class Translator:
         max_sentence_tokens: int = 128,
         return_sentences: bool = False,
         progress=None,
+        on_token=None,
     ):
         """Translate text (UTF-8 text in, text out) with the model's SentencePiece model.
 
@@ -955,7 +1173,66 @@ class Translator:
         :class:`TolkCancelled`; ``None`` or ``True`` goes on. An exception raised by
         ``progress`` (a ``KeyboardInterrupt`` too) stops the translation and is raised
         from this call.
+
+        ``on_token``, if given (greedy search only: ``beam_size=1``), is called as
+        ``on_token(event)`` for each generated token with a :class:`TokenEvent` whose
+        ``text`` is the sentence's translation so far, on the translator's threads;
+        returning ``False`` ends that sentence there.
         """
+        single, texts, keep, opts, text_opts, args, streams, encoded = self._text_arguments(
+            text, progress, on_token, beam_size=beam_size, patience=patience,
+            length_penalty=length_penalty, return_scores=return_scores,
+            max_input_length=max_input_length, max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
+            max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
+            use_shortlist=use_shortlist, split=split, max_sentence_tokens=max_sentence_tokens)
+        out = _TextResultP()
+        status = self._lib.tolk_translate_text_batch(
+            self._ptr, *args, ctypes.byref(opts), ctypes.byref(text_opts), ctypes.byref(out))
+        for stream in streams:
+            if stream.error is not None:
+                self._lib.tolk_text_result_free(out)  # NULL after a cancel; no-op
+                stream.reraise()
+        _check(self._lib, status)
+        try:
+            results = self._read_text_result(out, texts, encoded, return_sentences, return_scores)
+        finally:
+            self._lib.tolk_text_result_free(out)
+        return results[0] if single else results
+
+    def translate_text_async(self, text, *, on_token=None, return_sentences=False, **options) -> "Job":
+        """Queues :meth:`translate_text` (same arguments, without ``progress``) and returns
+        a :class:`Job` at once; ``job.result()`` gives what translate_text would return.
+        Texts are split and tokenized before this returns."""
+        if "progress" in options:
+            raise TypeError("translate_text_async has no progress callback: use Job.progress()")
+        single, texts, keep, opts, text_opts, args, streams, encoded = self._text_arguments(
+            text, None, on_token, **options)
+        return_scores = bool(options.get("return_scores", False))
+        out = _JobP()
+        status = self._lib.tolk_translate_text_async(
+            self._ptr, *args, ctypes.byref(opts), ctypes.byref(text_opts), TolkJobCallback(), None,
+            ctypes.byref(out))
+        _check(self._lib, status)
+
+        def read(job_ptr):
+            res = _TextResultP()
+            _check(self._lib, self._lib.tolk_job_text_result(job_ptr, ctypes.byref(res)))
+            try:
+                results = self._read_text_result(res, texts, encoded, return_sentences, return_scores)
+            finally:
+                self._lib.tolk_text_result_free(res)
+            return results[0] if single else results
+
+        return Job(self._lib, out, keep, read, streams)
+
+    def _text_arguments(self, text, progress, on_token, beam_size=None, patience=1.0,
+                        length_penalty=None, return_scores=False, max_input_length=1024,
+                        max_decoding_length=256, min_decoding_length=None, end_token=None,
+                        disable_unk=None, max_batch_size=None, batch_type="examples",
+                        max_length_factor=None, use_shortlist=None, split="sentences",
+                        max_sentence_tokens=128):
+        """Checks texts and builds their C arguments."""
         if self.closed:
             raise ValueError("the translator is closed")
         single = isinstance(text, str)
@@ -993,7 +1270,7 @@ class Translator:
             max_length_factor=max_length_factor,
             use_shortlist=use_shortlist,
         )
-        reporter = _set_progress(opts, progress, keep)
+        streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
         text_opts = self._lib.tolk_text_options_default()
         text_opts.split_mode = SPLIT_MODES[split]
         text_opts.max_sentence_tokens = int(max_sentence_tokens)
@@ -1003,25 +1280,9 @@ class Translator:
         # Explicit byte lengths: texts may hold NUL. One slot minimum, never NULL arrays.
         ptrs = (ctypes.c_char_p * max(n, 1))(*encoded)
         lens = (ctypes.c_size_t * max(n, 1))(*[len(b) for b in encoded])
-        out = _TextResultP()
-        status = self._lib.tolk_translate_text_batch(
-            self._ptr,
-            ctypes.cast(ptrs, _CharPP),
-            lens,
-            n,
-            ctypes.byref(opts),
-            ctypes.byref(text_opts),
-            ctypes.byref(out),
-        )
-        if reporter is not None and reporter.error is not None:
-            self._lib.tolk_text_result_free(out)  # NULL after a cancel; no-op
-            reporter.reraise()
-        _check(self._lib, status)
-        try:
-            results = self._read_text_result(out, texts, encoded, return_sentences, return_scores)
-        finally:
-            self._lib.tolk_text_result_free(out)
-        return results[0] if single else results
+        keep += [ptrs, lens]
+        args = (ctypes.cast(ptrs, _CharPP), lens, n)
+        return single, texts, keep, opts, text_opts, args, streams, encoded
 
     def _read_text_result(self, res, texts, encoded, return_sentences, return_scores):
         lib = self._lib

@@ -278,8 +278,11 @@ pub unsafe extern "C" fn tolk_job_text_result(job: *const TolkJob, out_result: *
     })
 }
 
-/// Releases a job handle. A job still running is cancelled first (nobody could read its
-/// results); its completion callback is still called once. Does not block.
+/// Releases a job handle. A job still running is cancelled (nobody could read its
+/// results) and its completion callback is still called once; this call returns when the
+/// job has ended and its callbacks have returned, so their user data may be released
+/// afterwards. That takes at most one decoding step. It may be called from the job's
+/// completion callback, never from its on_token callback.
 ///
 /// # Safety
 /// `job` must be NULL or a job not yet freed, and no call may be using it.
@@ -288,8 +291,9 @@ pub unsafe extern "C" fn tolk_job_free(job: *mut TolkJob) {
     if !job.is_null() {
         let _ = catch_unwind(AssertUnwindSafe(|| {
             let job = Box::from_raw(job);
-            if !job.job.is_done() {
-                job.job.cancel();
+            match &job.job {
+                JobKind::Tokens(j) => j.cancel_and_settle(),
+                JobKind::Text(j) => j.cancel_and_settle(),
             }
         }));
     }

@@ -565,11 +565,13 @@ pub unsafe extern "C" fn tolk_translator_new(
     })
 }
 
-/// Releases a translator.
+/// Releases a translator. Jobs still in flight (tolk_translate_batch_async) are cancelled:
+/// they end with TOLK_ERROR_CANCELLED and their handles stay valid until tolk_job_free.
+/// Returns once the translator's threads have stopped (at most one decoding step).
 ///
 /// # Safety
 /// `translator` must be NULL or a pointer from tolk_translator_new not yet freed, and no
-/// call may be using it.
+/// blocking call (tolk_translate_*) may be using it. Not from a job's callbacks.
 #[no_mangle]
 pub unsafe extern "C" fn tolk_translator_free(translator: *mut TolkTranslator) {
     if !translator.is_null() {

@@ -44,7 +44,14 @@ struct State<T> {
     on_complete: Option<CompletionCallback>,
     /// Set once every batch is finished; taken by `wait`.
     outcome: Option<Result<T>>,
+    /// The outcome is being made (the finishing step runs outside the lock).
+    finishing: bool,
+    /// The outcome is set.
     ended: bool,
+    /// The completion callback has returned (or there was none).
+    settled: bool,
+    /// The thread running the completion callback, while it runs.
+    callback_thread: Option<std::thread::ThreadId>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -71,7 +78,10 @@ impl<T: Send + 'static> Request<T> {
             finish: Some(finish),
             on_complete,
             outcome: None,
+            finishing: false,
             ended: false,
+            settled: false,
+            callback_thread: None,
         };
         let request = Arc::new(Request {
             model,
@@ -128,11 +138,11 @@ impl<T: Send + 'static> Request<T> {
 
     /// Once no batch is pending: sets the outcome, wakes the waiters, calls back.
     fn end_if_finished<'s>(&'s self, mut state: MutexGuard<'s, State<T>>) {
-        if state.pending > 0 || state.ended {
+        if state.pending > 0 || state.finishing {
             self.changed.notify_all();
             return;
         }
-        state.ended = true;
+        state.finishing = true;
         let outcome = if let Some(e) = state.error.take() {
             Err(e)
         } else if self.is_cancelled() {
@@ -152,12 +162,19 @@ impl<T: Send + 'static> Request<T> {
         };
         let error = outcome.as_ref().err().cloned();
         state.outcome = Some(outcome);
+        state.ended = true;
         let on_complete = state.on_complete.take();
+        state.callback_thread = Some(std::thread::current().id());
         drop(state);
         self.changed.notify_all();
         if let Some(callback) = on_complete {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(error.as_ref())));
         }
+        let mut state = lock(&self.state);
+        state.settled = true;
+        state.callback_thread = None;
+        drop(state);
+        self.changed.notify_all();
     }
 }
 
@@ -254,6 +271,21 @@ impl<T: Send + 'static> Job<T> {
     /// decoding step; the job then ends with a `Cancelled` error.
     pub fn cancel(&self) {
         self.request.cancel();
+    }
+
+    /// Cancels the job unless it has ended, and waits until it has ended and its callbacks
+    /// have returned: afterwards nothing of the job calls the caller's code. (Called from
+    /// the job's own completion callback it does not wait for that callback; from its token
+    /// callback it would wait forever.)
+    pub fn cancel_and_settle(&self) {
+        let mut state = lock(&self.request.state);
+        if !state.ended {
+            self.cancel();
+        }
+        let me = std::thread::current().id();
+        while !state.settled && state.callback_thread != Some(me) {
+            state = self.request.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// Blocks until the job ends, or until `timeout` has passed (then false).
