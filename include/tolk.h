@@ -519,7 +519,8 @@ const char *tolk_model_device(const struct TolkModel *model);
 const char *tolk_model_device_name(const struct TolkModel *model);
 
 /**
- * Releases a model. Translators created from it stay valid (they share the model).
+ * Releases a model. Translators created from it stay valid (they share the model); its
+ * memory is handed back to the system when the last of them is freed too.
  *
  * # Safety
  * `model` must be NULL or a pointer from tolk_model_load not yet freed.

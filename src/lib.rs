@@ -76,6 +76,19 @@ impl Package {
     }
 }
 
+/// Hands the memory the allocator keeps for reuse back to the operating system (glibc:
+/// `malloc_trim`, every arena; elsewhere nothing). Freeing a model leaves its pages in the
+/// allocator's arenas, those of the worker threads included, so a process that loads and
+/// frees models one after another would keep the largest set it ever held; the C API calls
+/// this in `tolk_model_free` and `tolk_translator_free`.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the allocator to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Settings of [`Model::load_with_options`].
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {

@@ -503,14 +503,18 @@ pub unsafe extern "C" fn tolk_model_device_name(model: *const TolkModel) -> *con
     (*model).device_name.as_ptr()
 }
 
-/// Releases a model. Translators created from it stay valid (they share the model).
+/// Releases a model. Translators created from it stay valid (they share the model); its
+/// memory is handed back to the system when the last of them is freed too.
 ///
 /// # Safety
 /// `model` must be NULL or a pointer from tolk_model_load not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn tolk_model_free(model: *mut TolkModel) {
     if !model.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(model))));
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            drop(Box::from_raw(model));
+            crate::release_free_memory();
+        }));
     }
 }
 
@@ -575,7 +579,10 @@ pub unsafe extern "C" fn tolk_translator_new(
 #[no_mangle]
 pub unsafe extern "C" fn tolk_translator_free(translator: *mut TolkTranslator) {
     if !translator.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(translator))));
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            drop(Box::from_raw(translator));
+            crate::release_free_memory();
+        }));
     }
 }
 
