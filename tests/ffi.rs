@@ -998,3 +998,39 @@ fn the_readme_c_example_compiles_and_runs() {
     assert!(out.status.success(), "README example failed: {}", text(&out.stderr));
     assert!(stdout.contains("love") && stdout.contains("(-"), "README example printed {stdout:?}");
 }
+
+/// The README's async fragment (its second C block), inside a program that loads the model:
+/// the lines before the first statement are file scope, the rest the body of main.
+#[test]
+fn the_readme_async_c_fragment_compiles_and_runs() {
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    let mut blocks = readme.split("```c\n").skip(1).map(|b| &b[..b.find("```").unwrap()]);
+    blocks.next();
+    let fragment = blocks.next().expect("README has a second C block (the async fragment)");
+    let body_at = fragment.find("TolkTranslatorOptions").expect("the fragment sets translator options");
+    let code = format!(
+        "#include <stdio.h>\n#include \"tolk.h\"\n{}\nint main(void) {{\n TolkModel *model = NULL;\n \
+         TolkModelOptions mo = tolk_model_options_default();\n mo.compute_type = \"int8\";\n mo.device = \"cpu\";\n \
+         if (tolk_model_load_with_options(\"models/zh-en-ct2\", &mo, &model) != TOLK_OK) return 1;\n \
+         TolkTranslator *translator = NULL;\n{}\n tolk_translator_free(translator);\n tolk_model_free(model);\n return 0;\n}}\n",
+        &fragment[..body_at],
+        &fragment[body_at..]
+    );
+    let source = out_dir().join("readme_async.c");
+    std::fs::write(&source, code).unwrap();
+    let binary = compile(&source);
+    let Some(models) = zh_en_models() else {
+        eprintln!("zh-en model not found: the README fragment was compiled, not run");
+        return;
+    };
+    let cwd = out_dir().join("readme_async_cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let link = cwd.join("models");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(std::fs::canonicalize(&models).unwrap(), &link).unwrap();
+    let mut cmd = Command::new(&binary);
+    cmd.current_dir(&cwd);
+    let out = run(cmd, "");
+    assert!(out.status.success(), "README async fragment failed: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("love"), "README async fragment printed {:?}", text(&out.stdout));
+}
