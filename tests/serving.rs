@@ -124,7 +124,9 @@ fn completion_callbacks_run_once_and_jobs_report_progress() {
     let t = translator(&model, 1);
     let called = Arc::new(AtomicUsize::new(0));
     let c = Arc::clone(&called);
-    let hooks = BatchHooks { on_complete: Some(Box::new(move |_| drop(c.fetch_add(1, Ordering::SeqCst)))), ..Default::default() };
+    let hooks = BatchHooks { on_complete: Some(Box::new(move |_| {
+        c.fetch_add(1, Ordering::SeqCst);
+    })), ..Default::default() };
     let job = t.submit_batch(Vec::new(), None, &options(1, 4), hooks).unwrap();
     assert!(job.is_done() && job.wait().unwrap().is_empty());
     assert_eq!(called.load(Ordering::SeqCst), 1);
@@ -173,7 +175,9 @@ fn freeing_a_translator_with_work_in_flight_cancels_it_without_hanging() {
             .map(|i| {
                 let ended = Arc::clone(&ended);
                 let hooks = BatchHooks {
-                    on_complete: Some(Box::new(move |_| drop(ended.fetch_add(1, Ordering::SeqCst)))),
+                    on_complete: Some(Box::new(move |_| {
+                        ended.fetch_add(1, Ordering::SeqCst);
+                    })),
                     ..Default::default()
                 };
                 t.submit_batch(mixed_sentences(500, i), None, &opts, hooks).unwrap()
@@ -198,7 +202,8 @@ fn streamed_tokens_are_the_greedy_hypotheses_and_can_stop_a_sentence() {
     let source = mixed_sentences(40, 6);
     let opts = TranslateOptions { return_scores: false, ..options(1, 8) };
     let expected = t.translate_batch(&source, None, &opts).unwrap();
-    let streamed: Arc<Mutex<Vec<Vec<(usize, String, bool)>>>> = Arc::new(Mutex::new(vec![Vec::new(); source.len()]));
+    type Streamed = Vec<Vec<(usize, String, bool)>>; // Per sentence: (step, token, is_last).
+    let streamed: Arc<Mutex<Streamed>> = Arc::new(Mutex::new(vec![Vec::new(); source.len()]));
     let sink = Arc::clone(&streamed);
     let got = t
         .translate_batch_streaming(

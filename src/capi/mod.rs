@@ -763,6 +763,9 @@ pub unsafe extern "C" fn tolk_translate_batch(
     })
 }
 
+/// Sentences of tokens, as read from C.
+type TokenBatch = Vec<Vec<String>>;
+
 /// A batch's sources and optional target prefixes, read from C.
 unsafe fn read_sources(
     source: *const *const *const c_char,
@@ -770,7 +773,7 @@ unsafe fn read_sources(
     batch_size: usize,
     target_prefix: *const *const *const c_char,
     target_prefix_lengths: *const usize,
-) -> Result<(Vec<Vec<String>>, Option<Vec<Vec<String>>>), Failure> {
+) -> Result<(TokenBatch, Option<TokenBatch>), Failure> {
     let source = read_token_batch(source, source_lengths, batch_size, "source", "source_lengths")?;
     let prefix = if target_prefix.is_null() {
         None
