@@ -178,9 +178,14 @@ impl PartialEq for PackageFiles {
 }
 
 /// The bytes of one package file: a file on disk mapped read-only, or a file held in
-/// memory, copied into an anonymous read-only mapping that belongs to the package (so that
-/// float32 weights are used in place from either, and nothing points into a caller's
-/// buffers).
+/// memory, copied into an anonymous read-only mapping that belongs to the package.
+///
+/// A loaded model goes on borrowing from these bytes: float32 vectors and embedding tables
+/// of a CTranslate2 `model.bin` stay in place on the CPU ([`Tensor::from_mapped`]); the
+/// rest (packed matrices, converted types, every Marian weight) is copied into the built
+/// layers. That is why files given in memory are copied, never borrowed from the caller.
+///
+/// [`Tensor::from_mapped`]: crate::tensor::Tensor::from_mapped
 #[derive(Clone)]
 pub struct FileBytes {
     map: Arc<Mmap>,
