@@ -74,11 +74,6 @@ impl MemoryFiles {
         self.files.keys().map(PathBuf::as_path)
     }
 
-    /// The total size of the files: the memory a model loaded from them keeps.
-    pub fn total_size(&self) -> usize {
-        self.files.values().map(|f| f.len()).sum()
-    }
-
     fn get(&self, path: &Path) -> Option<&FileBytes> {
         self.files.get(&normalize(path)?)
     }
@@ -249,7 +244,6 @@ mod tests {
     #[test]
     fn names_are_checked_and_listed_like_a_directory() {
         let m = MemoryFiles::copy_of(&[("./model.bin", &b"ab"[..]), ("vocab/x.spm", b"c"), ("config.json", b"{}")]).unwrap();
-        assert_eq!(m.total_size(), 5);
         let files = PackageFiles::Memory(Arc::new(m));
         let root = Path::new("");
         assert!(files.is_dir(root) && files.is_dir(Path::new("vocab")) && !files.is_dir(Path::new("x")));

@@ -97,21 +97,14 @@ impl ModelPackage {
             files.describe(path)
         )))
     }
-
-    /// Where the package's files are.
-    pub fn files(&self) -> &PackageFiles {
-        match self {
-            ModelPackage::Ct2 { files, .. } => files,
-            ModelPackage::Marian(m) => &m.files,
-        }
-    }
 }
 
 /// Whether `model.bin` starts like a CTranslate2 binary: a version 1..=6 (a Marian `.bin`
 /// starts with a u64 version 1 whose high half is 0, then a u64 item count).
 fn looks_like_ct2(files: &PackageFiles, path: &Path) -> bool {
     // Mapped, not read: only the first page is touched.
-    let Some(head) = files.map(path).ok().and_then(|bytes| bytes.get(..8).map(<[u8]>::to_vec)) else { return false };
+    let Ok(bytes) = files.map(path) else { return false };
+    let Some(head) = bytes.get(..8) else { return false };
     let version = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let marian_like = version == 1 && head[4..8] == [0, 0, 0, 0];
     (1..=6).contains(&version) && !marian_like
