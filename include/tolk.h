@@ -392,6 +392,27 @@ typedef struct TolkTextOptions {
 } TolkTextOptions;
 
 /**
+ * One file of a model package, in memory (see tolk_model_load_from_memory).
+ */
+typedef struct TolkModelFile {
+  /**
+   * The file's name as in the package's directory, NUL-terminated UTF-8: "model.bin",
+   * "config.json", "shared_vocabulary.json", "sentencepiece.model"; for a Marian package
+   * its YAML and the names the YAML gives (e.g. "model.enpt.intgemm.alphas.bin",
+   * "vocab.enpt.spm", "lex.50.50.enpt.s2t.bin").
+   */
+  const char *name;
+  /**
+   * The file's bytes; read during the load call only.
+   */
+  const void *data;
+  /**
+   * The number of bytes at `data`.
+   */
+  size_t size;
+} TolkModelFile;
+
+/**
  * Where a translated sentence (or part of a long one) is. Always start from
  * `tolk_sentence_info_default()`.
  */
@@ -752,6 +773,35 @@ enum TolkStatus tolk_job_text_result(const struct TolkJob *job, struct TolkTextR
  * `job` must be NULL or a job not yet freed, and no call may be using it.
  */
 void tolk_job_free(struct TolkJob *job);
+
+/**
+ * Loads a model from `count` files in memory, found and loaded as the same files in a
+ * directory would be by tolk_model_load_with_options (a CTranslate2 model.bin +
+ * config.json + vocabularies, or a Marian package). `options` may be NULL (defaults); its
+ * `source_tokenizer` / `target_tokenizer`, when set, are names of files among `files`
+ * rather than paths. On success `*out_model` receives a model to release with
+ * tolk_model_free.
+ *
+ * The buffers are only read during the call: they may be freed as soon as it returns.
+ * The model keeps its own copy of the files (their total size, besides the loaded
+ * weights) for as long as it or a translator made from it lives, so that
+ * tolk_translator_new with another compute type or device can load the weights again
+ * from it.
+ *
+ * Errors (TOLK_ERROR_INVALID_ARGUMENT): count 0, a NULL or non-UTF-8 name, a name given
+ * twice, empty, absolute or with "..", NULL data with a size, an empty file; no model
+ * among the names is TOLK_ERROR_IO (the message lists the names), a broken one
+ * TOLK_ERROR_INVALID_MODEL, as from a directory.
+ *
+ * # Safety
+ * `files` must be NULL or point to `count` readable TolkModelFile, each `name` NULL or a
+ * NUL-terminated string and each `data` NULL or `size` readable bytes; `options` NULL or
+ * initialized by tolk_model_options_default; `out_model` NULL or writable.
+ */
+enum TolkStatus tolk_model_load_from_memory(const struct TolkModelFile *files,
+                                            size_t count,
+                                            const struct TolkModelOptions *options,
+                                            struct TolkModel **out_model);
 
 /**
  * An empty TolkSentenceInfo with its struct_size set.

@@ -1,7 +1,8 @@
 //! Tolk: fast, embeddable neural machine translation inference.
 //!
 //! The crate is organized by layer of the architecture:
-//! - [`format`](mod@format): readers for model files (CTranslate2 directories);
+//! - [`format`](mod@format): readers for model files (CTranslate2 directories, Marian
+//!   packages), on disk or in memory;
 //! - [`model`]: immutable layers built from weights (Transformer encoder and decoder);
 //! - [`backend`]: the compute-backend interface and its implementations (CPU kernels per
 //!   ISA; CUDA, found at run time);
@@ -37,6 +38,7 @@ use std::sync::Arc;
 
 pub use backend::{ComputeType, Device, DeviceRequest};
 use backend::SavedPrecision;
+use format::files::{MemoryFiles, PackageFiles};
 use format::package::ModelPackage;
 pub use error::{Error, ErrorKind, Result};
 pub use text::{SplitMode, TextOptions, TextTokenCallback, TextTokenEvent, TextTranslation, Tokenizer, TokenizerFiles};
@@ -50,10 +52,14 @@ pub struct Model {
     device: Device,
 }
 
-/// The model package around the weights: where it is and its tokenizer (or why there is
+/// The model package around the weights: its files and its tokenizer (or why there is
 /// none). Shared by a model and its translators, which may outlive the model's weights.
 struct Package {
-    path: PathBuf,
+    /// What was detected, for translators that load the weights again (another compute
+    /// type or device); a package in memory holds its files here.
+    source: ModelPackage,
+    /// Where the package is, for messages.
+    location: String,
     tokenizer: Option<Tokenizer>,
     /// Why the package's tokenizer did not load, if it did not.
     tokenizer_problem: Option<String>,
@@ -68,7 +74,7 @@ impl Package {
                 None => format!(
                     "text translation needs a SentencePiece model and none was found for {} (looked for {}): name one \
                      in the load options, or translate tokens",
-                    self.path.display(),
+                    self.location,
                     TokenizerFiles::SEARCHED
                 ),
             })
@@ -98,10 +104,12 @@ pub struct LoadOptions {
     /// Which GPU (0 = the first).
     pub device_index: usize,
     /// SentencePiece model of the source side; `None` = the package's
-    /// ([`TokenizerFiles::find`]).
+    /// ([`TokenizerFiles::find`]). With [`Model::load_from_memory`], the name of one of the
+    /// files given.
     pub source_tokenizer: Option<PathBuf>,
     /// SentencePiece model of the target side; `None` = the package's, else the source one
-    /// when it covers the target vocabulary, else the generic piece rules.
+    /// when it covers the target vocabulary, else the generic piece rules. With
+    /// [`Model::load_from_memory`], the name of one of the files given.
     pub target_tokenizer: Option<PathBuf>,
 }
 
@@ -121,8 +129,37 @@ impl Model {
     /// Loads a model with its weights converted for `options.compute_type` and the
     /// tokenizers named in `options` or found in the package.
     pub fn load_with_options(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Model> {
-        let path = path.as_ref();
-        let package = ModelPackage::detect(path)?;
+        Model::load_package(&PackageFiles::Disk, path.as_ref(), options)
+    }
+
+    /// Loads a model from files in memory, each named as in the package's directory:
+    /// `model.bin`, `config.json`, `shared_vocabulary.json`, `sentencepiece.model` for
+    /// CTranslate2; the model `.bin`/`.npz`, vocabularies, shortlist and YAML under the
+    /// names the YAML gives them for Marian. The package is found among the names as in a
+    /// directory, and `options.source_tokenizer`/`target_tokenizer` name files among them.
+    ///
+    /// The bytes are copied during the call: the caller may free its buffers as soon as it
+    /// returns. Memory: the model keeps that one copy (the files' total size, besides the
+    /// built weights) for as long as it or a translator made from it lives, so that a
+    /// translator asking for another compute type or device ([`Translator::with_config`])
+    /// loads the weights again from it, as from a directory; float32 weights of a
+    /// CTranslate2 model are used in place from it, as from a mapped file. (A directory's
+    /// files are mapped instead: the system drops their pages after loading and reads them
+    /// again when needed.)
+    ///
+    /// Errors besides the loaders': no files, a name that is empty, absolute or holds
+    /// `..`, a name given twice, an empty file ([`ErrorKind::InvalidArgument`]).
+    pub fn load_from_memory<N: AsRef<str>, B: AsRef<[u8]>>(files: &[(N, B)], options: &LoadOptions) -> Result<Model> {
+        if files.is_empty() {
+            return Err(Error::invalid_argument("no model files given"));
+        }
+        let files = PackageFiles::Memory(Arc::new(MemoryFiles::copy_of(files)?));
+        Model::load_package(&files, Path::new(""), options)
+    }
+
+    /// Loads the package at `path` of `files` (in memory: the root, the empty path).
+    fn load_package(files: &PackageFiles, path: &Path, options: &LoadOptions) -> Result<Model> {
+        let package = ModelPackage::detect_in(files, path)?;
         let device = Device::select(options.device, options.device_index, options.compute_type)?;
         let inner = load_family(&package, options.compute_type, &device)?;
         // Named files override what the package has, side by side; a package file that
@@ -134,21 +171,22 @@ impl Model {
                 let (source, target) = m.vocabulary_files();
                 TokenizerFiles { source: spm(source), target: spm(target) }
             }
-            ModelPackage::Ct2 { .. } => TokenizerFiles::find(path),
+            ModelPackage::Ct2 { .. } => TokenizerFiles::find_among(files, path),
         };
         let named = options.source_tokenizer.is_some() || options.target_tokenizer.is_some();
-        let files = TokenizerFiles {
+        let tokenizer_files = TokenizerFiles {
             source: options.source_tokenizer.clone().or(found.source),
             target: options.target_tokenizer.clone().or(found.target),
         };
         let vocabulary = inner.target_vocabulary();
         let (tokenizer, tokenizer_problem) =
-            match Tokenizer::load(&files, (0..vocabulary.len() as u32).map(|id| vocabulary.token(id))) {
+            match Tokenizer::load_from(files, &tokenizer_files, (0..vocabulary.len() as u32).map(|id| vocabulary.token(id))) {
                 Ok(t) => (t, None),
                 Err(e) if named => return Err(e),
                 Err(e) => (None, Some(e.message)),
             };
-        let package = Package { path: path.to_path_buf(), tokenizer, tokenizer_problem };
+        let location = files.describe(path);
+        let package = Package { source: package, location, tokenizer, tokenizer_problem };
         Ok(Model { inner, package: Arc::new(package), device })
     }
 
@@ -188,21 +226,22 @@ fn load_family(package: &ModelPackage, compute_type: ComputeType, device: &Devic
 /// Loads a model of the family its files say it is, its layers held by `backend`.
 fn load_on<B: backend::Backend>(package: &ModelPackage, backend: &B, compute_type: ComputeType) -> Result<Arc<dyn model::TranslationModel>> {
     Ok(match package {
-        ModelPackage::Ct2 { dir } => Arc::new(model::TransformerModel::load(dir, backend, compute_type)?),
+        ModelPackage::Ct2 { files, dir } => Arc::new(model::TransformerModel::load(files, dir, backend, compute_type)?),
         ModelPackage::Marian(m) => {
             let (source, target) = m.vocabulary_files();
-            let source_vocabulary = marian_vocabulary(source)?;
-            let target_vocabulary = if source == target { source_vocabulary.clone() } else { marian_vocabulary(target)? };
+            let source_vocabulary = marian_vocabulary(&m.files, source)?;
+            let target_vocabulary =
+                if source == target { source_vocabulary.clone() } else { marian_vocabulary(&m.files, target)? };
             Arc::new(model::marian::MarianModel::load(m, backend, compute_type, source_vocabulary, target_vocabulary)?)
         }
     })
 }
 
 /// A Marian vocabulary: a SentencePiece model's pieces by id, or a YAML map `token: id`.
-fn marian_vocabulary(path: &Path) -> Result<format::ct2::Vocabulary> {
+fn marian_vocabulary(files: &PackageFiles, path: &Path) -> Result<format::ct2::Vocabulary> {
     let is_yaml = path.extension().is_some_and(|e| e == "yml" || e == "yaml");
     let tokens = if is_yaml {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("cannot read {}: {e}", path.display())))?;
+        let text = files.read_text(path)?;
         let yaml = format::marian::yaml::parse(&text).map_err(|e| Error::invalid_model(format!("{}: {}", path.display(), e.message)))?;
         let entries = yaml.as_map().ok_or_else(|| Error::invalid_model(format!("{}: expected a map of tokens to ids", path.display())))?;
         let mut tokens = vec![None; entries.len()];
@@ -218,7 +257,7 @@ fn marian_vocabulary(path: &Path) -> Result<format::ct2::Vocabulary> {
             .map(|(i, t)| t.ok_or_else(|| Error::invalid_model(format!("{}: no token has id {i}", path.display()))))
             .collect::<Result<Vec<_>>>()?
     } else {
-        let spm = text::SentencePiece::load(path)?;
+        let spm = text::SentencePiece::from_bytes(&files.read(path)?)?;
         (0..spm.len() as u32).map(|id| spm.id_to_piece(id).unwrap_or_default().to_string()).collect()
     };
     format::ct2::Vocabulary::new(tokens, "<unk>").map_err(|e| Error::invalid_model(format!("{}: {}", path.display(), e.message)))
@@ -288,7 +327,7 @@ impl Translator {
         let weights = if same_device && (config.compute_type == ComputeType::Default || resolved == model.compute_type()) {
             Arc::clone(&model.inner)
         } else {
-            load_family(&ModelPackage::detect(&model.package.path)?, resolved, &device)?
+            load_family(&model.package.source, resolved, &device)?
         };
         Ok(Translator {
             inner: translator::Translator::new(weights, config.inter_threads, config.intra_threads)?,

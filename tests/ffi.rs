@@ -193,7 +193,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// The C tests that need more than the fixture: each has its own test below.
-const C_TESTS_RUN_APART: [&str; 1] = ["marian_test.c"];
+const C_TESTS_RUN_APART: [&str; 2] = ["marian_test.c", "memory_test.c"];
 
 #[test]
 fn c_api_tests_pass_and_run_clean_under_valgrind() {
@@ -964,6 +964,28 @@ fn the_c_api_translates_with_marian_packages() {
     let en_pt = models.join("en-pt-bergamot");
     let fixture = fixture();
     let args = [fixture.to_str().unwrap(), en_pt.to_str().unwrap()];
+    let (code, stdout, stderr) = run_program(&binary, &args, "");
+    assert_eq!(code, Some(0), "{} failed:\n{stdout}{stderr}", binary.display());
+    if valgrind_available() {
+        run_under_valgrind(&binary, &args, "");
+    }
+}
+
+/// ffi-tests/memory_test.c: tolk_model_load_from_memory on the fixture and, when
+/// TOLK_MODELS (else models/ or ../shared/models) has them, the zh-en model and the en-pt
+/// package: their files read into malloc'd buffers, freed after the call, and the same
+/// translations as from the directories; NULL and invalid arguments. Also under valgrind.
+#[test]
+fn the_c_api_loads_models_from_memory() {
+    let binary = compile(&manifest_dir().join("ffi-tests/memory_test.c"));
+    let zh_en = zh_en_models().map(|m| m.join("zh-en-ct2"));
+    let en_pt = models_with("en-pt-bergamot/model.enpt.intgemm.alphas.bin").map(|m| m.join("en-pt-bergamot"));
+    if zh_en.is_none() || en_pt.is_none() {
+        eprintln!("zh-en or en-pt-bergamot not found (TOLK_MODELS): memory_test runs on the fixture only");
+    }
+    let arg = |p: Option<PathBuf>| p.map_or("-".to_string(), |p| p.display().to_string());
+    let args = [fixture().display().to_string(), arg(zh_en), arg(en_pt)];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, stdout, stderr) = run_program(&binary, &args, "");
     assert_eq!(code, Some(0), "{} failed:\n{stdout}{stderr}", binary.display());
     if valgrind_available() {

@@ -358,6 +358,35 @@ fn shortlist_seeds() -> Vec<Vec<u8>> {
     ]
 }
 
+/// Packages as named files ([`bodies::pack`]): the tiny CTranslate2 models (float32 and
+/// int8) and the C tests' fixture with its SentencePiece model; Marian packages (a YAML
+/// naming an `.npz`, a YAML vocabulary; a model file beside a SentencePiece vocabulary).
+fn package_seeds() -> Vec<Vec<u8>> {
+    let config = br#"{"add_source_bos": false, "add_source_eos": true, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "decoder_start_token": "<s>", "layer_norm_epsilon": null}"#;
+    let vocabulary = |n: usize| {
+        let tokens: Vec<String> = common::tiny_vocabulary(n).iter().map(|t| format!("{t:?}")).collect();
+        format!("[{}]", tokens.join(", ")).into_bytes()
+    };
+    let (float, int8, vocab) = (common::tiny_model_bin(7, 12), common::tiny_int8_model_bin(3, 10), vocabulary(12));
+    let mut seeds = vec![
+        bodies::pack(&[("model.bin", &float), ("config.json", config), ("shared_vocabulary.json", &vocab)]),
+        bodies::pack(&[("config.json", config), ("model.bin", &int8), ("shared_vocabulary.json", &vocabulary(10))]),
+    ];
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ffi-tests/fixtures/tiny");
+    let names = ["model.bin", "config.json", "shared_vocabulary.json", "sentencepiece.model"];
+    if let Ok(files) = names.iter().map(|n| std::fs::read(fixture.join(n))).collect::<Result<Vec<_>, _>>() {
+        let named: Vec<(&str, &[u8])> = names.iter().copied().zip(files.iter().map(Vec::as_slice)).collect();
+        seeds.push(bodies::pack(&named));
+    }
+    let npz = bodies::npz(&bodies::small_marian_arrays(), false);
+    let yaml = b"models:\n  - model.npz\nvocabs:\n  - vocab.yml\n  - vocab.yml\nbeam-size: 2\n";
+    let yaml_vocabulary = "\"</s>\": 0\n\"<unk>\": 1\n\u{2581}the: 2\n".as_bytes();
+    seeds.push(bodies::pack(&[("config.yml", yaml), ("model.npz", &npz), ("vocab.yml", yaml_vocabulary)]));
+    let spm = bodies::generated_model(bodies::ModelOptions::from_index(0));
+    seeds.push(bodies::pack(&[("model.enxx.bin", &bodies::small_marian_bin()), ("vocab.enxx.spm", &spm)]));
+    seeds
+}
+
 // ------------------------------------------------------------------ tests
 
 /// Inputs that crashed a target once (hex), replayed before the mutations.
@@ -368,6 +397,7 @@ const CONFIG_REGRESSIONS: &[&str] = &[];
 const VOCABULARY_REGRESSIONS: &[&str] = &[];
 const MARIAN_MODEL_REGRESSIONS: &[&str] = &[];
 const SHORTLIST_REGRESSIONS: &[&str] = &[];
+const PACKAGE_REGRESSIONS: &[&str] = &[];
 
 #[test]
 fn fuzz_sentencepiece_model() {
@@ -376,7 +406,7 @@ fn fuzz_sentencepiece_model() {
         bodies::sentencepiece_model,
         SPM_MODEL_REGRESSIONS,
         spm_model_seeds(),
-        4.0,
+        3.5,
         200_000,
     );
 }
@@ -388,7 +418,7 @@ fn fuzz_sentencepiece_encode() {
         bodies::sentencepiece_encode,
         SPM_ENCODE_REGRESSIONS,
         spm_encode_seeds(),
-        3.0,
+        2.5,
         500_000,
     );
 }
@@ -453,6 +483,25 @@ fn fuzz_shortlist() {
     );
 }
 
+#[test]
+fn fuzz_package_from_memory() {
+    let seeds = package_seeds();
+    // The CTranslate2 seeds are whole packages: the mutations start from models that load.
+    let cpu = tolk::LoadOptions { device: tolk::DeviceRequest::Cpu, ..Default::default() };
+    for seed in &seeds[..3] {
+        let model = tolk::Model::load_from_memory(&bodies::unpack(seed), &cpu);
+        assert!(model.is_ok(), "{:?}", model.err());
+    }
+    fuzz(
+        "package_from_memory",
+        bodies::package_from_memory,
+        PACKAGE_REGRESSIONS,
+        seeds,
+        1.0,
+        100_000,
+    );
+}
+
 /// Every generated model checks out on every text of the table (a quick, exact check of
 /// the invariants before the mutations).
 #[test]
@@ -473,7 +522,7 @@ fn generated_models_keep_the_invariants() {
 #[ignore]
 fn write_seed_corpus() {
     let root = PathBuf::from(std::env::var("TOLK_FUZZ_CORPUS").expect("TOLK_FUZZ_CORPUS not set"));
-    let sets: [(&str, Vec<Vec<u8>>); 7] = [
+    let sets: [(&str, Vec<Vec<u8>>); 8] = [
         ("sentencepiece_model", spm_model_seeds()),
         ("sentencepiece_encode", spm_encode_seeds()),
         ("ct2_model_bin", model_bin_seeds()),
@@ -481,6 +530,7 @@ fn write_seed_corpus() {
         ("ct2_vocabulary", vocabulary_seeds()),
         ("marian_model", marian_model_seeds()),
         ("shortlist", shortlist_seeds()),
+        ("package_from_memory", package_seeds()),
     ];
     for (name, seeds) in sets {
         let dir = root.join(name);

@@ -24,6 +24,14 @@ which raises :class:`TolkCancelled`::
 
     translator.translate_text(document, max_batch_size=8, progress=progress)
 
+A model packed in an application's own archive loads from memory, each file under its
+name in the package's directory (as ``ctranslate2.Translator(path, files=...)``)::
+
+    files = {name: archive.read(name) for name in
+             ("model.bin", "config.json", "shared_vocabulary.json", "sentencepiece.model")}
+    with tolk.Model.from_files(files, compute_type="int8") as model:
+        ...
+
 Tokens in / tokens out works as in CTranslate2::
 
     with tolk.Model("models/zh-en-ct2") as model, \\
@@ -131,6 +139,16 @@ class TolkModelOptions(ctypes.Structure):
 
 
 _ModelOptions = TolkModelOptions
+
+
+class TolkModelFile(ctypes.Structure):
+    """One file of a package in memory (``tolk_model_load_from_memory``)."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("data", ctypes.c_void_p),
+        ("size", ctypes.c_size_t),
+    ]
 
 
 class TolkTranslatorOptions(ctypes.Structure):
@@ -302,6 +320,14 @@ def _declare(lib):
     fn("tolk_model_load", _Status, ctypes.c_char_p, ctypes.POINTER(_ModelP))
     fn("tolk_model_options_default", _ModelOptions)
     fn("tolk_model_load_with_options", _Status, ctypes.c_char_p, ctypes.POINTER(_ModelOptions), ctypes.POINTER(_ModelP))
+    fn(
+        "tolk_model_load_from_memory",
+        _Status,
+        ctypes.POINTER(TolkModelFile),
+        ctypes.c_size_t,
+        ctypes.POINTER(_ModelOptions),
+        ctypes.POINTER(_ModelP),
+    )
     fn("tolk_model_compute_type", ctypes.c_char_p, _ModelP)
     fn("tolk_model_description", ctypes.c_char_p, _ModelP)
     fn("tolk_model_device", ctypes.c_char_p, _ModelP)
@@ -665,6 +691,32 @@ def _path_bytes(p: Optional[str]) -> Optional[bytes]:
     return b
 
 
+def _model_files(files):
+    """``files`` (a mapping, or pairs, of name -> bytes-like) as a TolkModelFile array plus
+    the objects that must stay alive while the library reads it.  ``bytes`` are passed
+    without a copy; other buffers are passed in place when writable, else copied."""
+    items = list(files.items() if hasattr(files, "items") else files)
+    array = (TolkModelFile * len(items))()
+    keep = []
+    for entry, (name, data) in zip(array, items):
+        if not isinstance(name, str):
+            raise TypeError("file names must be str, got %r" % type(name).__name__)
+        name_b = name.encode("utf-8")
+        if b"\0" in name_b:
+            raise ValueError("file names must not contain NUL characters: %r" % name)
+        if not isinstance(data, bytes):
+            view = memoryview(data).cast("B")
+            if view.readonly:
+                data = view.tobytes()
+            else:
+                data = (ctypes.c_char * view.nbytes).from_buffer(view)
+        keep.append((name_b, data))
+        entry.name = name_b
+        entry.data = ctypes.cast(data, ctypes.c_void_p) if isinstance(data, bytes) else ctypes.addressof(data)
+        entry.size = len(data)
+    return array, keep
+
+
 # --------------------------------------------------------------------------- objects
 
 
@@ -680,6 +732,7 @@ class Model:
         target_tokenizer: Optional[str] = None,
         device: str = "auto",
         device_index: int = 0,
+        files=None,
     ):
         """Loads ``path`` with the weights converted for ``compute_type`` ("default":
         as saved; "auto", "float32", "int8", "int16") on ``device``: "auto" (a usable
@@ -691,7 +744,10 @@ class Model:
         (``source.spm`` + ``target.spm``, ``srcvocab.*.spm`` + ``trgvocab.*.spm``,
         ``sentencepiece.model``, ``spm.model``, ``sentencepiece.bpe.model``,
         ``vocab.*.spm``, in the model directory and then its parent).  A package
-        without any only translates tokens."""
+        without any only translates tokens.
+
+        With ``files`` (as in ``ctranslate2.Translator``), the model is loaded from
+        memory instead and ``path`` only names it: see :meth:`from_files`."""
         self._lib = _get_lib()
         self._ptr = None
         self.path = os.fspath(path)
@@ -708,11 +764,37 @@ class Model:
         device_b = device.encode("utf-8") if device is not None else None
         opts.device = device_b
         opts.device_index = int(device_index)
-        status = self._lib.tolk_model_load_with_options(self.path.encode("utf-8"), ctypes.byref(opts), ctypes.byref(out))
+        if files is not None:
+            array, keep = _model_files(files)
+            status = self._lib.tolk_model_load_from_memory(array, len(array), ctypes.byref(opts), ctypes.byref(out))
+            del keep  # the library copied what it keeps
+        else:
+            status = self._lib.tolk_model_load_with_options(self.path.encode("utf-8"), ctypes.byref(opts), ctypes.byref(out))
         _check(self._lib, status)
         if not out:
             raise TolkError(Status.ERROR_INTERNAL, "tolk_model_load returned TOLK_OK but no model")
         self._ptr = out
+
+    @classmethod
+    def from_files(cls, files, compute_type: str = "default", source_tokenizer: Optional[str] = None,
+                   target_tokenizer: Optional[str] = None, device: str = "auto", device_index: int = 0,
+                   name: str = "<memory>") -> "Model":
+        """Loads a model from files in memory: ``files`` maps each file's name in the
+        package's directory to its bytes (``bytes``, ``bytearray``, ``memoryview``, ...),
+        e.g. ``{"model.bin": ..., "config.json": ..., "shared_vocabulary.json": ...,
+        "sentencepiece.model": ...}`` for CTranslate2, or a Marian package's YAML, model,
+        vocabulary and shortlist under the names its YAML gives.  The package is found
+        among the names as in a directory; ``source_tokenizer`` / ``target_tokenizer``
+        name files among them.  The other arguments are :class:`Model`'s; ``name`` is
+        only shown by ``repr``.
+
+        The bytes are read during the call only.  The model keeps its own copy of the
+        files (their total size) while it or a translator made from it lives, so that a
+        :class:`Translator` with another ``compute_type`` or ``device`` can load the
+        weights again."""
+        return cls(name, compute_type=compute_type, source_tokenizer=source_tokenizer,
+                   target_tokenizer=target_tokenizer, device=device, device_index=device_index,
+                   files=files)
 
     @property
     def closed(self) -> bool:
@@ -898,11 +980,13 @@ class Translator:
         target_tokenizer: Optional[str] = None,
         device_index: int = 0,
         inter_threads: int = 1,
+        files=None,
     ):
         """``model`` is a :class:`Model` or, as in ``ctranslate2.Translator``, a model
         directory (then loaded with ``compute_type``, ``device`` (None = "auto"),
         ``device_index``, ``source_tokenizer`` and ``target_tokenizer`` -- see
-        :class:`Model` -- and owned by this translator).  With a :class:`Model`,
+        :class:`Model` -- and owned by this translator), or with ``files`` the name of
+        a model loaded from those files in memory (:meth:`Model.from_files`).  With a :class:`Model`,
         ``device`` None runs where the model is; another device loads a copy of the
         weights there.
         The tokenizers belong to the model: pass them to :class:`Model` when you load
@@ -917,12 +1001,13 @@ class Translator:
                 target_tokenizer=target_tokenizer,
                 device=device if device is not None else "auto",
                 device_index=device_index,
+                files=files,
             )
             device = None  # the model is already there
-        elif source_tokenizer is not None or target_tokenizer is not None:
+        elif source_tokenizer is not None or target_tokenizer is not None or files is not None:
             raise ValueError(
-                "source_tokenizer/target_tokenizer are read when a model is loaded: pass them "
-                "to tolk.Model(), or give Translator a model directory"
+                "source_tokenizer/target_tokenizer/files are read when a model is loaded: pass them "
+                "to tolk.Model(), or give Translator a model directory or name"
             )
         if not isinstance(model, Model):
             raise TypeError("model must be a tolk.Model or a model directory")

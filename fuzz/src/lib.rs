@@ -853,3 +853,56 @@ pub fn binary_shortlist(first: u64, best: u64, lists: &[&[u32]]) -> Vec<u8> {
     b[8..16].copy_from_slice(&sum.to_le_bytes());
     b
 }
+
+// ------------------------------------------------------------------ packages in memory
+
+/// Named files as one input: for each, a `u8` name length, the name, a `u32` size and the
+/// bytes ([`unpack`] reads it back).
+pub fn pack(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, bytes) in files {
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+/// The files of a [`pack`]ed input, leniently: names are lossy UTF-8, a file cut short
+/// keeps the bytes there are, an entry cut inside its header is dropped.
+pub fn unpack(mut data: &[u8]) -> Vec<(String, &[u8])> {
+    let mut files = Vec::new();
+    while let Some((&len, rest)) = data.split_first() {
+        let Some((name, rest)) = rest.split_at_checked(len as usize) else { break };
+        let Some((size, rest)) = rest.split_at_checked(4) else { break };
+        let size = (u32::from_le_bytes(size.try_into().expect("4 bytes")) as usize).min(rest.len());
+        files.push((String::from_utf8_lossy(name).into_owned(), &rest[..size]));
+        data = &rest[size..];
+    }
+    files
+}
+
+/// Arbitrary bytes as a [`pack`]ed package loaded with `Model::load_from_memory` on the
+/// CPU: names and sizes are fuzzed with the contents (duplicated, missing, empty, odd
+/// names), so detection, every loader and the tokenizer search run over memory. Loading
+/// gives a model or an error; a model that loads translates tokens (and text, with a
+/// tokenizer), also with a translator of another compute type, which loads the weights
+/// again from the model's copy of the files.
+pub fn package_from_memory(data: &[u8]) {
+    use tolk::{ComputeType, DeviceRequest, LoadOptions, Model, TextOptions, TranslateOptions, Translator, TranslatorConfig};
+    let files = unpack(data);
+    let options = LoadOptions { device: DeviceRequest::Cpu, ..LoadOptions::default() };
+    let Ok(model) = Model::load_from_memory(&files, &options) else {
+        return;
+    };
+    let opts = TranslateOptions { beam_size: 2, max_decoding_length: 6, ..TranslateOptions::default() };
+    for compute_type in [ComputeType::Default, ComputeType::Int16] {
+        let config = TranslatorConfig { compute_type, ..TranslatorConfig::default() };
+        let Ok(t) = Translator::with_config(&model, &config) else { continue };
+        let _ = t.translate_batch(&[vec!["w3".to_string(), "w7".into()]], None, &opts);
+        if model.tokenizer().is_some() {
+            let _ = t.translate_text(&["Hello world. Ação!"], &opts, &TextOptions::default());
+        }
+    }
+}

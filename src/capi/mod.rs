@@ -424,23 +424,34 @@ pub unsafe extern "C" fn tolk_model_load_with_options(
         *out = ptr::null_mut();
         non_null(path, "path")?;
         let path = opt_str(path, "path")?.unwrap_or_default();
-        let defaults = tolk_model_options_default();
-        let opts = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
-        let path_of = |p, what| opt_str(p, what).map(|s| s.map(std::path::PathBuf::from));
-        let load = LoadOptions {
-            compute_type: ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?,
-            source_tokenizer: path_of(opts.source_tokenizer, "source_tokenizer")?,
-            target_tokenizer: path_of(opts.target_tokenizer, "target_tokenizer")?,
-            device: DeviceRequest::parse(opt_str(opts.device, "device")?.unwrap_or("auto"))?,
-            device_index: opts.device_index as usize,
-        };
-        let model = Model::load_with_options(path, &load)?;
-        let c_string = |s: String| CString::new(s.replace('\0', " ")).unwrap_or_default();
-        let description = c_string(model.translation_model().description());
-        let device_name = c_string(model.device().description());
-        *out = Box::into_raw(Box::new(TolkModel { model, description, device_name }));
+        *out = new_model(Model::load_with_options(path, &load_options(options)?)?);
         Ok(())
     })
+}
+
+/// The load settings of a caller's options (NULL = the defaults).
+///
+/// # Safety
+/// `options` must be NULL or initialized by tolk_model_options_default.
+unsafe fn load_options(options: *const TolkModelOptions) -> Result<LoadOptions, Error> {
+    let defaults = tolk_model_options_default();
+    let opts = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
+    let path_of = |p, what| opt_str(p, what).map(|s| s.map(std::path::PathBuf::from));
+    Ok(LoadOptions {
+        compute_type: ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?,
+        source_tokenizer: path_of(opts.source_tokenizer, "source_tokenizer")?,
+        target_tokenizer: path_of(opts.target_tokenizer, "target_tokenizer")?,
+        device: DeviceRequest::parse(opt_str(opts.device, "device")?.unwrap_or("auto"))?,
+        device_index: opts.device_index as usize,
+    })
+}
+
+/// A loaded model handed to C (released by tolk_model_free).
+fn new_model(model: Model) -> *mut TolkModel {
+    let c_string = |s: String| CString::new(s.replace('\0', " ")).unwrap_or_default();
+    let description = c_string(model.translation_model().description());
+    let device_name = c_string(model.device().description());
+    Box::into_raw(Box::new(TolkModel { model, description, device_name }))
 }
 
 /// The compute type a model's weights were loaded for: "float32", "int8_float32" or
@@ -876,6 +887,7 @@ pub unsafe extern "C" fn tolk_result_free(result: *mut TolkResult) {
 }
 
 mod jobs;
+mod memory;
 mod stream;
 mod text;
 

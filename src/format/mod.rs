@@ -7,6 +7,7 @@
 //! each format presents its file under those names: CTranslate2's `model.bin` as stored,
 //! a Marian model through a name map.
 pub mod ct2;
+pub mod files;
 pub mod json;
 pub mod marian;
 pub mod package;

@@ -1,21 +1,25 @@
 //! What a model path holds: a CTranslate2 directory (`model.bin` + `config.json`) or a
 //! Marian package (a model `.bin`/`.npz` with its YAML: Bergamot's `config.*.yml`, a
-//! `decoder.yml`, or the model's own `special:model.yml` beside `vocab*.spm`/`.yml`).
+//! `decoder.yml`, or the model's own `special:model.yml` beside `vocab*.spm`/`.yml`), on
+//! disk or among files in memory ([`PackageFiles`]).
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::format::files::PackageFiles;
 use crate::format::marian::Yaml;
 
 /// The model families Tolk loads, with the files found for them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelPackage {
-    Ct2 { dir: PathBuf },
+    Ct2 { files: PackageFiles, dir: PathBuf },
     Marian(MarianPackage),
 }
 
 /// A Marian model and what its package configuration says about it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MarianPackage {
+    /// Where the paths below are.
+    pub files: PackageFiles,
     pub model: PathBuf,
     /// Source then target vocabulary (`.spm` SentencePiece models or `.yml` token maps).
     pub vocabularies: Vec<PathBuf>,
@@ -46,65 +50,74 @@ impl ModelPackage {
     /// `config.json` is CTranslate2's; a directory with a Marian YAML (or a model file and
     /// vocabularies), or a path to such a YAML or model file, is Marian's.
     pub fn detect(path: &Path) -> Result<ModelPackage> {
-        if path.is_file() {
+        ModelPackage::detect_in(&PackageFiles::Disk, path)
+    }
+
+    /// [`ModelPackage::detect`] over `files`: in memory, `path` is the root (the empty
+    /// path) or the name of a YAML or model file among them.
+    pub fn detect_in(files: &PackageFiles, path: &Path) -> Result<ModelPackage> {
+        if files.is_file(path) {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if name.ends_with(".yml") || name.ends_with(".yaml") {
-                return MarianPackage::from_yaml_file(path).map(ModelPackage::Marian);
+                return MarianPackage::from_yaml_file(files, path).map(ModelPackage::Marian);
             }
             if MODEL_SUFFIXES.iter().any(|s| name.ends_with(s)) && name != "model.bin" {
                 let dir = path.parent().unwrap_or(Path::new("."));
-                return MarianPackage::from_directory(dir, Some(path.to_path_buf())).map(ModelPackage::Marian);
+                return MarianPackage::from_directory(files, dir, Some(path.to_path_buf())).map(ModelPackage::Marian);
             }
             return Err(Error::io(format!(
                 "{} is neither a model directory nor a Marian model (.bin/.npz) or its YAML configuration",
                 path.display()
             )));
         }
-        if !path.is_dir() {
+        if !files.is_dir(path) {
             return Err(Error::io(format!("model path {} does not exist", path.display())));
         }
-        if path.join("model.bin").is_file() && (path.join("config.json").is_file() || looks_like_ct2(&path.join("model.bin"))) {
-            return Ok(ModelPackage::Ct2 { dir: path.to_path_buf() });
+        let model_bin = path.join("model.bin");
+        if files.is_file(&model_bin) && (files.is_file(&path.join("config.json")) || looks_like_ct2(files, &model_bin)) {
+            return Ok(ModelPackage::Ct2 { files: files.clone(), dir: path.to_path_buf() });
         }
-        if let Some(yaml) = package_yaml(path)? {
-            return MarianPackage::from_yaml_file(&yaml).map(ModelPackage::Marian);
+        if let Some(yaml) = package_yaml(files, path)? {
+            return MarianPackage::from_yaml_file(files, &yaml).map(ModelPackage::Marian);
         }
-        if marian_model_files(path)?.len() == 1 {
-            return MarianPackage::from_directory(path, None).map(ModelPackage::Marian);
+        if marian_model_files(files, path)?.len() == 1 {
+            return MarianPackage::from_directory(files, path, None).map(ModelPackage::Marian);
         }
-        if path.join("model.bin").is_file() {
+        if files.is_file(&model_bin) {
             // A model.bin with no config.json that is not CTranslate2's either.
             return Err(Error::invalid_model(format!(
-                "{}/model.bin is not a CTranslate2 model (no config.json, unknown header) and no Marian \
+                "{} is not a CTranslate2 model (no config.json, unknown header) and no Marian \
                  configuration (*.yml naming `models:`) is beside it",
-                path.display()
+                model_bin.display()
             )));
         }
         Err(Error::io(format!(
-            "{} holds no model Tolk knows: looked for a CTranslate2 directory (model.bin + config.json) and a \
+            "no model Tolk knows in {}: looked for a CTranslate2 directory (model.bin + config.json) and a \
              Marian package (a *.yml with `models:`, or one model *.bin/*.npz with vocab*.spm or *.yml vocabularies)",
-            path.display()
+            files.describe(path)
         )))
     }
 }
 
 /// Whether `model.bin` starts like a CTranslate2 binary: a version 1..=6 (a Marian `.bin`
 /// starts with a u64 version 1 whose high half is 0, then a u64 item count).
-fn looks_like_ct2(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 8];
-    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
+fn looks_like_ct2(files: &PackageFiles, path: &Path) -> bool {
+    // Mapped, not read: only the first page is touched.
+    let Ok(bytes) = files.map(path) else { return false };
+    let Some(head) = bytes.get(..8) else { return false };
     let version = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let marian_like = version == 1 && head[4..8] == [0, 0, 0, 0];
-    read.is_ok() && (1..=6).contains(&version) && !marian_like
+    (1..=6).contains(&version) && !marian_like
 }
 
 /// A YAML in `dir` that names the model (`models:`), preferring Bergamot's int8 config.
-fn package_yaml(dir: &Path) -> Result<Option<PathBuf>> {
-    let mut candidates: Vec<PathBuf> = read_dir(dir)?
+fn package_yaml(files: &PackageFiles, dir: &Path) -> Result<Option<PathBuf>> {
+    let names_models = |p: &Path| files.read_text(p).is_ok_and(|t| t.lines().any(|l| l.starts_with("models:")));
+    let mut candidates: Vec<PathBuf> = files
+        .list(dir)?
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "yml" || e == "yaml"))
-        .filter(|p| std::fs::read_to_string(p).is_ok_and(|t| t.lines().any(|l| l.starts_with("models:"))))
+        .filter(|p| names_models(p))
         .collect();
     // Bergamot packages ship config.intgemm8bitalpha.yml (int8) and sometimes float configs.
     candidates.sort_by_key(|p| {
@@ -114,15 +127,9 @@ fn package_yaml(dir: &Path) -> Result<Option<PathBuf>> {
     Ok(candidates.into_iter().next())
 }
 
-fn read_dir(dir: &Path) -> Result<Vec<PathBuf>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("cannot list {}: {e}", dir.display())))?;
-    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    Ok(paths)
-}
-
-fn marian_model_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    Ok(read_dir(dir)?
+fn marian_model_files(files: &PackageFiles, dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(files
+        .list(dir)?
         .into_iter()
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -135,8 +142,8 @@ impl MarianPackage {
     /// Reads a Marian decoding configuration: `models`, `vocabs`, `shortlist` and the
     /// decoding settings; relative paths are relative to the YAML's folder (as
     /// `relative-paths: true` says, and as Bergamot packages are laid out).
-    pub fn from_yaml_file(path: &Path) -> Result<MarianPackage> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("cannot read {}: {e}", path.display())))?;
+    pub fn from_yaml_file(files: &PackageFiles, path: &Path) -> Result<MarianPackage> {
+        let text = files.read_text(path)?;
         let yaml = crate::format::marian::yaml::parse(&text)
             .map_err(|e| Error::invalid_model(format!("{}: {}", path.display(), e.message)))?;
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -180,6 +187,7 @@ impl MarianPackage {
             return Err(Error::unsupported(format!("{}: a non-zero word-penalty is not supported", path.display())));
         }
         let mut package = MarianPackage {
+            files: files.clone(),
             model,
             vocabularies,
             shortlist,
@@ -191,25 +199,29 @@ impl MarianPackage {
             allow_unk: yaml.get("allow-unk").and_then(Yaml::as_bool).unwrap_or(false),
         };
         if package.vocabularies.is_empty() {
-            package.vocabularies = find_vocabularies(dir)?;
+            package.vocabularies = find_vocabularies(files, dir)?;
         }
         package.check_files()?;
         Ok(package)
     }
 
     /// A model file without a decoding configuration: the vocabularies found beside it.
-    fn from_directory(dir: &Path, model: Option<PathBuf>) -> Result<MarianPackage> {
+    fn from_directory(files: &PackageFiles, dir: &Path, model: Option<PathBuf>) -> Result<MarianPackage> {
         let model = match model {
             Some(m) => m,
-            None => marian_model_files(dir)?.into_iter().next().ok_or_else(|| Error::io(format!("{}: no Marian model file", dir.display())))?,
+            None => marian_model_files(files, dir)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::io(format!("{}: no Marian model file", files.describe(dir))))?,
         };
-        let package = MarianPackage { model, vocabularies: find_vocabularies(dir)?, ..MarianPackage::default() };
+        let vocabularies = find_vocabularies(files, dir)?;
+        let package = MarianPackage { files: files.clone(), model, vocabularies, ..MarianPackage::default() };
         package.check_files()?;
         Ok(package)
     }
 
     fn check_files(&self) -> Result<()> {
-        if !self.model.is_file() {
+        if !self.files.is_file(&self.model) {
             return Err(Error::io(format!("the Marian model {} does not exist", self.model.display())));
         }
         if self.vocabularies.is_empty() {
@@ -219,12 +231,12 @@ impl MarianPackage {
             )));
         }
         for v in &self.vocabularies {
-            if !v.is_file() {
+            if !self.files.is_file(v) {
                 return Err(Error::io(format!("the vocabulary {} does not exist", v.display())));
             }
         }
         if let Some(s) = &self.shortlist {
-            if !s.path.is_file() {
+            if !self.files.is_file(&s.path) {
                 return Err(Error::io(format!("the shortlist {} does not exist", s.path.display())));
             }
         }
@@ -239,8 +251,8 @@ impl MarianPackage {
 }
 
 /// `srcvocab*`/`trgvocab*` or a single `vocab*` (SentencePiece `.spm` or Marian `.yml`).
-fn find_vocabularies(dir: &Path) -> Result<Vec<PathBuf>> {
-    let files = read_dir(dir)?;
+fn find_vocabularies(files: &PackageFiles, dir: &Path) -> Result<Vec<PathBuf>> {
+    let files = files.list(dir)?;
     let named = |prefix: &str| {
         files.iter().find(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");

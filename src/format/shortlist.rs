@@ -40,6 +40,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::format::files::PackageFiles;
 
 /// `BINARY_SHORTLIST_MAGIC` in Marian.
 pub const MAGIC: u64 = 0xF11A_48D5_0134_17F5;
@@ -84,7 +85,19 @@ impl Shortlist {
         source_vocabulary: &dyn Fn(&str) -> Option<u32>,
         target_vocabulary: &dyn Fn(&str) -> Option<u32>,
     ) -> Result<Shortlist> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read {}: {e}", path.display())))?;
+        Self::open_in(&PackageFiles::Disk, path, first, best, source_vocabulary, target_vocabulary)
+    }
+
+    /// [`Shortlist::open`] for a file of `files` (on disk or in memory).
+    pub fn open_in(
+        files: &PackageFiles,
+        path: &Path,
+        first: Option<usize>,
+        best: Option<usize>,
+        source_vocabulary: &dyn Fn(&str) -> Option<u32>,
+        target_vocabulary: &dyn Fn(&str) -> Option<u32>,
+    ) -> Result<Shortlist> {
+        let bytes = files.read(path)?;
         let at = |e: Error| Error::new(e.kind, format!("{}: {}", path.display(), e.message));
         if bytes.get(..8) == Some(&MAGIC.to_le_bytes()[..]) {
             return Self::from_binary_bytes(&bytes, true).map_err(at);

@@ -40,7 +40,7 @@ impl<B: Backend> MarianModel<B> {
     /// Builds the model from its package; `source`/`target` are the vocabularies (read by
     /// the caller from the package's `.spm` or `.yml` files).
     pub fn load(package: &MarianPackage, backend: &B, compute_type: ComputeType, source: Vocabulary, target: Vocabulary) -> Result<Self> {
-        let file = MarianFile::open(&package.model)?;
+        let file = MarianFile::open_in(&package.files, &package.model)?;
         let config = match file.model_config()? {
             Some(c) => c,
             None => {
@@ -78,7 +78,8 @@ impl<B: Backend> MarianModel<B> {
         let shortlist = match &package.shortlist {
             Some(s) => {
                 let (sv, tv) = (&transformer.source_vocabulary, &transformer.target_vocabulary);
-                let shortlist = Shortlist::open(&s.path, s.first, s.best, &|t| Some(sv.id_or_unk(t)), &|t| Some(tv.id_or_unk(t)))?;
+                let (source_id, target_id) = (|t: &str| Some(sv.id_or_unk(t)), |t: &str| Some(tv.id_or_unk(t)));
+                let shortlist = Shortlist::open_in(&package.files, &s.path, s.first, s.best, &source_id, &target_id)?;
                 shortlist
                     .check_target_vocabulary(tv.len())
                     .map_err(|e| Error::invalid_model(format!("{}: {}", s.path.display(), e.message)))?;

@@ -14,6 +14,7 @@ use std::path::Path;
 use crate::backend::{Backend, ComputeType, Ctx, SavedPrecision};
 use crate::error::{Error, Result};
 use crate::format::ct2::{Ct2Config, Ct2Dir, Vocabulary};
+use crate::format::files::PackageFiles;
 use crate::format::WeightSource;
 use layers::WeightReader;
 pub use transformer::{Decoder, DecoderState, Encoder, EncoderOutput};
@@ -121,9 +122,10 @@ pub struct TransformerModel<B: Backend> {
 }
 
 impl<B: Backend> TransformerModel<B> {
-    /// Loads a CTranslate2 model directory with weights converted for `compute_type`.
-    pub fn load(dir: &Path, backend: &B, compute_type: ComputeType) -> Result<Self> {
-        let Ct2Dir { bin, config, source_vocabulary, target_vocabulary } = Ct2Dir::open(dir)?;
+    /// Loads the CTranslate2 model directory `dir` of `files` with weights converted for
+    /// `compute_type`.
+    pub fn load(files: &PackageFiles, dir: &Path, backend: &B, compute_type: ComputeType) -> Result<Self> {
+        let Ct2Dir { bin, config, source_vocabulary, target_vocabulary } = Ct2Dir::open_in(files, dir)?;
         if !TRANSFORMER_SPECS.contains(&bin.spec_name.as_str()) {
             return Err(Error::unsupported(format!(
                 "model spec {:?} is not supported: Tolk runs encoder-decoder TransformerSpec models",

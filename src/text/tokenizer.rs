@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::sentencepiece::{EncodedPiece, SentencePiece};
 use crate::error::{Error, Result};
+use crate::format::files::PackageFiles;
 
 const SPACE_SYMBOL: char = '\u{2581}';
 /// What SentencePiece prints for `<unk>` (its `unk_surface`).
@@ -31,32 +32,37 @@ impl TokenizerFiles {
     /// (Marian joint vocabulary). Other parents are left alone: a folder of models may hold
     /// unrelated files.
     pub fn find(dir: &Path) -> TokenizerFiles {
+        let files = PackageFiles::Disk;
         let mut places = vec![dir.to_path_buf()];
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             if dir.file_name().is_some_and(|n| n == "model") || parent.join("metadata.json").is_file() {
                 places.push(parent.to_path_buf());
             }
         }
-        places.iter().find_map(|d| Self::find_in(d)).unwrap_or_default()
+        places.iter().find_map(|d| Self::find_in(&files, d)).unwrap_or_default()
+    }
+
+    /// [`TokenizerFiles::find`] over `files`: files in memory have no parent folder to
+    /// look in, only the names given.
+    pub fn find_among(files: &PackageFiles, dir: &Path) -> TokenizerFiles {
+        match files {
+            PackageFiles::Disk => Self::find(dir),
+            PackageFiles::Memory(_) => Self::find_in(files, dir).unwrap_or_default(),
+        }
     }
 
     /// A short list of the names [`TokenizerFiles::find`] looks for, for error messages.
     pub const SEARCHED: &'static str = "source.spm + target.spm, srcvocab.*.spm + trgvocab.*.spm, sentencepiece.model, \
         spm.model, sentencepiece.bpe.model or vocab.*.spm in the model directory (or its parent for Argos packages)";
 
-    fn find_in(dir: &Path) -> Option<TokenizerFiles> {
-        let file = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());
+    fn find_in(files: &PackageFiles, dir: &Path) -> Option<TokenizerFiles> {
+        let file = |name: &str| Some(dir.join(name)).filter(|p| files.is_file(p));
         let matching = |prefix: &str| -> Option<PathBuf> {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-                .ok()?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.is_file()
-                        && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.ends_with(".spm"))
-                })
-                .collect();
-            found.sort();
-            found.into_iter().next()
+            // Sorted: the first match.
+            files.list(dir).ok()?.into_iter().find(|p| {
+                files.is_file(p)
+                    && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.ends_with(".spm"))
+            })
         };
         let pair = |source: Option<PathBuf>, target: Option<PathBuf>| match (source, target) {
             (Some(s), Some(t)) => Some(TokenizerFiles { source: Some(s), target: Some(t) }),
@@ -84,6 +90,16 @@ impl Tokenizer {
     /// Loads `files` for a model whose target vocabulary is `target_vocabulary`. Returns
     /// `None` when no source file is given.
     pub fn load<'a>(files: &TokenizerFiles, target_vocabulary: impl ExactSizeIterator<Item = &'a str>) -> Result<Option<Tokenizer>> {
+        Tokenizer::load_from(&PackageFiles::Disk, files, target_vocabulary)
+    }
+
+    /// [`Tokenizer::load`] with the paths of `files` read from `package` (on disk or in
+    /// memory).
+    pub fn load_from<'a>(
+        package: &PackageFiles,
+        files: &TokenizerFiles,
+        target_vocabulary: impl ExactSizeIterator<Item = &'a str>,
+    ) -> Result<Option<Tokenizer>> {
         let Some(source_path) = &files.source else {
             if files.target.is_some() {
                 return Err(Error::invalid_argument("a target tokenizer was given without a source tokenizer"));
@@ -91,7 +107,11 @@ impl Tokenizer {
             return Ok(None);
         };
         let load = |p: &Path| {
-            SentencePiece::load(p).map(Arc::new).map_err(|e| Error::new(e.kind, format!("tokenizer {}: {}", p.display(), e.message)))
+            package
+                .read(p)
+                .and_then(|bytes| SentencePiece::from_bytes(&bytes))
+                .map(Arc::new)
+                .map_err(|e| Error::new(e.kind, format!("tokenizer {}: {}", p.display(), e.message)))
         };
         let source = load(source_path)?;
         let target = match &files.target {

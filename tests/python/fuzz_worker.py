@@ -8,7 +8,10 @@ to ``<work>/current.json`` (flushed), so the parent can name the input that
 crashed; the mutated model.bin stays in ``<work>/model/``.
 
 Modes:
-  mutate  MODEL_DIR WORK_DIR SEED COUNT   mutate model.bin COUNT times
+  mutate  MODEL_DIR WORK_DIR SEED COUNT [memory]
+                                          mutate model.bin COUNT times; with ``memory``
+                                          each mutation is also loaded from memory
+                                          (Model.from_files) and must fare the same
   dirs    DIR...                          load (and if it loads, translate) each dir
   diff    SOURCES_JSON DIR...             translate with CTranslate2 and Tolk, print both
 
@@ -317,10 +320,11 @@ def mutate(data: bytes, fields, rng: random.Random, parsed=None):
     return bytes(buf), {"kind": kind, "offset": o, "length": n}
 
 
-def attempt(model_dir, sentences):
-    """Returns 'ok', 'load_err' or 'translate_err'."""
+def attempt(model_dir, sentences, files=None):
+    """Returns 'ok', 'load_err' or 'translate_err'; with ``files`` the model is loaded from
+    them in memory instead (``model_dir`` unused)."""
     try:
-        model = tolk.Model(model_dir)
+        model = tolk.Model.from_files(files) if files is not None else tolk.Model(model_dir)
     except tolk.TolkError as e:
         if not e.message:
             raise AssertionError("TolkError without message (status %d)" % e.status)
@@ -344,7 +348,7 @@ def write_current(work, info):
         os.fsync(f.fileno())
 
 
-def run_mutate(model_dir, work, seed, count, progress):
+def run_mutate(model_dir, work, seed, count, progress, memory=False):
     rng = random.Random(seed)
     with open(os.path.join(model_dir, "model.bin"), "rb") as f:
         pristine = f.read()
@@ -355,6 +359,7 @@ def run_mutate(model_dir, work, seed, count, progress):
     if os.path.exists(target):
         shutil.rmtree(target)
     shutil.copytree(model_dir, target)
+    files = {name: open(os.path.join(model_dir, name), "rb").read() for name in os.listdir(model_dir)}
     sentences = [["w1", "w2", "w3"], ["s1", "t1", "<unk>", "zz"], []]
     stats = {"ok": 0, "load_err": 0, "translate_err": 0}
     per_kind = {}
@@ -366,6 +371,11 @@ def run_mutate(model_dir, work, seed, count, progress):
             f.write(data)
         write_current(work, info)
         outcome = attempt(target, sentences)
+        if memory:
+            files["model.bin"] = data
+            from_memory = attempt(None, sentences, files=files)
+            if from_memory != outcome:
+                raise AssertionError("mutation %r: %s from the directory, %s from memory" % (info, outcome, from_memory))
         stats[outcome] += 1
         per_kind.setdefault(info["kind"], {}).setdefault(outcome, 0)
         per_kind[info["kind"]][outcome] += 1
@@ -417,7 +427,7 @@ def main(argv):
     if len(argv) >= 1 and argv[0] == "mutate":
         model_dir, work, seed, count = argv[1], argv[2], int(argv[3]), int(argv[4])
         progress = int(os.environ.get("TOLK_FUZZ_PROGRESS", "250"))
-        run_mutate(model_dir, work, seed, count, progress)
+        run_mutate(model_dir, work, seed, count, progress, memory=argv[5:6] == ["memory"])
         return 0
     if len(argv) >= 1 and argv[0] == "dirs":
         run_dirs(argv[1:])

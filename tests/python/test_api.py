@@ -501,6 +501,77 @@ def test_load_free_many_times(tolk, random_models):
             tr.translate_batch([["s1"]], beam_size=1, max_decoding_length=3)
 
 
+# ------------------------------------------------------------- loading from memory
+
+
+def _files_of(path):
+    return {name: open(os.path.join(path, name), "rb").read()
+            for name in sorted(os.listdir(path)) if os.path.isfile(os.path.join(path, name))}
+
+
+@pytest.mark.parametrize("model_name", [SINUSOID_MODEL, SEPARATE_VOCAB_MODEL, "postnorm_relu_int8_zhen_like_txt"])
+def test_from_files_equals_directory_load(tolk, random_models, model_name):
+    """Model.from_files gives the directory's translations, with every compute type (a
+    type other than the model's loads the weights again from the model's copy)."""
+    info = random_models[model_name]
+    files = _files_of(info.path)
+    sources = [info.source_vocab[5:12], info.source_vocab[20:23], []]
+    kwargs = dict(beam_size=2, max_decoding_length=12, return_scores=True)
+    with tolk.Model(info.path) as from_dir, tolk.Model.from_files(files) as from_memory:
+        assert from_memory.compute_type == from_dir.compute_type
+        assert from_memory.description == from_dir.description
+        for compute_type in ("default", "float32", "int8", "int16"):
+            with tolk.Translator(from_dir, compute_type=compute_type) as a, \
+                    tolk.Translator(from_memory, compute_type=compute_type) as b:
+                assert a.translate_batch(sources, **kwargs) == b.translate_batch(sources, **kwargs), compute_type
+    # Pairs and other buffers; the buffers may change after the call.
+    mutable = [(name, bytearray(data)) for name, data in files.items()]
+    with tolk.Translator(model_name, files=mutable, compute_type="float32") as tr:
+        for _, data in mutable:
+            data[:] = b"\xa5" * len(data)
+        with tolk.Translator(info.path, compute_type="float32") as ref:
+            assert tr.translate_batch(sources, **kwargs) == ref.translate_batch(sources, **kwargs)
+        assert repr(tr).startswith("tolk.Translator(%r" % model_name)
+    views = {name: memoryview(data) for name, data in files.items()}
+    with tolk.Model.from_files(views, compute_type="int8") as model:
+        assert model.compute_type == "int8_float32"
+
+
+def test_from_files_zh_en_text_and_tokens(tolk, zh_en_model):
+    text = "耶稣基督是大卫的子孙，亚伯拉罕的后裔。\n你们要彼此相爱。"
+    with tolk.Model(zh_en_model) as a, tolk.Model.from_files(_files_of(zh_en_model)) as b, \
+            tolk.Translator(a) as ta, tolk.Translator(b) as tb:
+        assert ta.translate_text(text, beam_size=2) == tb.translate_text(text, beam_size=2)
+        tokens = [["▁你们", "要", "彼此", "相爱", "。"]]
+        assert ta.translate_batch(tokens, return_scores=True) == tb.translate_batch(tokens, return_scores=True)
+
+
+def test_from_files_errors(tolk, sinusoid):
+    files = _files_of(sinusoid.path)
+
+    def load_error(files, status, fragment, **kwargs):
+        with pytest.raises(tolk.TolkError) as ei:
+            tolk.Model.from_files(files, **kwargs)
+        assert ei.value.status == status, ei.value
+        assert fragment in ei.value.message, ei.value.message
+
+    without_bin = {k: v for k, v in files.items() if k != "model.bin"}
+    load_error(without_bin, tolk.Status.ERROR_IO, "config.json")
+    load_error({}, tolk.Status.ERROR_INVALID_ARGUMENT, "no files")
+    load_error(dict(files, **{"model.bin": files["model.bin"][:100]}), tolk.Status.ERROR_INVALID_MODEL, "model.bin")
+    load_error(dict(files, **{"model.bin": os.urandom(4096)}), tolk.Status.ERROR_INVALID_MODEL, "model.bin")
+    load_error(dict(files, **{"config.json": b""}), tolk.Status.ERROR_INVALID_ARGUMENT, "empty")
+    load_error(list(files.items()) + [("./config.json", b"{}")], tolk.Status.ERROR_INVALID_ARGUMENT, "twice")
+    load_error(dict(files, **{"../x": b"x"}), tolk.Status.ERROR_INVALID_ARGUMENT, "../x")
+    load_error(files, tolk.Status.ERROR_IO, "missing.model", source_tokenizer="missing.model")
+    with pytest.raises(TypeError):
+        tolk.Model.from_files({b"model.bin": files["model.bin"]})
+    with pytest.raises(ValueError):
+        tolk.Model.from_files({"model\0.bin": files["model.bin"]})
+    with tolk.Model.from_files(files) as model, pytest.raises(ValueError):
+        tolk.Translator(model, files=files)
+
+
 def _run_threads(fn, n):
     errors = []
 
@@ -577,7 +648,9 @@ def test_progress_struct_fields(tolk):
     o = lib.tolk_translate_options_default()
     assert o.struct_size == ctypes.sizeof(tolk.TolkTranslateOptions)
     names = [f[0] for f in tolk.TolkTranslateOptions._fields_]
-    assert names[-5:] == ["batch_type", "progress", "progress_user_data", "max_length_factor", "use_shortlist"]
+    at = names.index("batch_type")
+    assert names[at:at + 7] == ["batch_type", "progress", "progress_user_data", "max_length_factor", "use_shortlist",
+                                "on_token", "on_token_user_data"]
     assert not o.progress and o.progress_user_data is None
     assert tolk.TolkTranslateOptions.progress.offset % ctypes.alignment(ctypes.c_void_p) == 0
     assert tolk.status_string(tolk.Status.ERROR_CANCELLED) == "cancelled"

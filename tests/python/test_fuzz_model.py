@@ -6,8 +6,11 @@ flips, structural u32/u16/u8 fields overwritten with huge or edge values - and
 each must either load (and then translate or fail with TolkError) or fail with
 TolkError.  A crash, an abort on a huge allocation or a hang fails the test and
 names the mutation; the crashing model.bin is kept under the test's tmp dir.
+The same mutations are also loaded from memory (``Model.from_files``): each must
+load, fail to load or fail to translate exactly as it does from the directory.
 
-Environment: TOLK_FUZZ_ITERS (per model, default 2500), TOLK_FUZZ_SEED.
+Environment: TOLK_FUZZ_ITERS (per model, default 2500; from memory, where every
+mutation is loaded twice, a fifth of it), TOLK_FUZZ_SEED.
 """
 
 import json
@@ -64,18 +67,19 @@ def _describe_exit(rc, timed_out):
 
 
 @pytest.mark.parametrize("model_name", FUZZ_MODELS)
-def test_fuzz_model_bin(tolk, model_name, random_models, tmp_path):
+@pytest.mark.parametrize("source", ["directory", "memory"])
+def test_fuzz_model_bin(tolk, model_name, source, random_models, tmp_path):
     info = random_models[model_name]
     work = tmp_path / "work"
     work.mkdir()
-    seed = SEED + FUZZ_MODELS.index(model_name)
-    rc, out, err, timed_out = run_worker(
-        ["mutate", info.path, str(work), str(seed), str(ITERATIONS)], timeout=300
-    )
+    seed = SEED + FUZZ_MODELS.index(model_name) + (1000 if source == "memory" else 0)
+    iterations = ITERATIONS if source == "directory" else max(1, ITERATIONS // 5)
+    args = ["mutate", info.path, str(work), str(seed), str(iterations)]
+    rc, out, err, timed_out = run_worker(args + (["memory"] if source == "memory" else []), timeout=300)
     last = [l for l in out.splitlines() if l.startswith(("progress", "DONE"))][-1:]
     if rc == 0 and not timed_out:
-        report("fuzz %s: %d mutations, %s" % (model_name, ITERATIONS,
-                                             last[0] if last else "(no output)"))
+        report("fuzz %s (%s): %d mutations, %s" % (model_name, source, iterations,
+                                                  last[0] if last else "(no output)"))
         return
     current = {}
     try:

@@ -3,18 +3,17 @@
 //! Layout (little-endian, no padding): `u32 version; str spec_name; u32 spec_revision;
 //! u32 n; n x {str name; u8 rank; u32 dims[rank]; u8 dtype; u32 num_bytes; bytes};
 //! u32 num_aliases; {str alias; str target}`, where `str` is a u16 length (including the
-//! trailing NUL) followed by the bytes. The file is memory-mapped; variables are recorded
-//! as byte ranges and converted on demand, so nothing is copied that need not be.
+//! trailing NUL) followed by the bytes. The file is memory-mapped (or held in memory);
+//! variables are recorded as byte ranges and converted on demand, so nothing is copied
+//! that need not be.
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
 
 use half::{bf16, f16};
-use memmap2::Mmap;
 
 use crate::error::{Error, Result};
 use crate::backend::SavedPrecision;
+use crate::format::files::FileBytes;
 use crate::format::Quantized;
 use crate::tensor::Tensor;
 
@@ -82,9 +81,9 @@ pub struct ModelBin {
     pub binary_version: u32,
     pub spec_name: String,
     pub spec_revision: u32,
-    map: Arc<Mmap>,
-    /// Whether `map` maps a file (its pages can be dropped and read again), not memory.
-    file_backed: bool,
+    /// The file's bytes: float32 tensors borrow from them, so they live as long as the
+    /// model's weights that do.
+    data: FileBytes,
     variables: BTreeMap<String, RawVariable>,
     aliases: BTreeMap<String, String>,
 }
@@ -128,35 +127,20 @@ impl<'a> Cursor<'a> {
 
 impl ModelBin {
     pub fn open(path: &Path) -> Result<ModelBin> {
-        let file = File::open(path)
-            .map_err(|e| Error::io(format!("cannot open {}: {e}", path.display())))?;
-        // SAFETY: the mapping is read-only; model files are not expected to change while
-        // loaded (the same contract as CTranslate2 and every mmap-based loader).
-        let map = unsafe { Mmap::map(&file) }
-            .map_err(|e| Error::io(format!("cannot map {}: {e}", path.display())))?;
-        Self::parse(Arc::new(map))
+        Self::parse(FileBytes::open(path)?)
     }
 
-    /// Parses a `model.bin` held in memory (tests, fuzzing, models not in files): the
-    /// bytes are checked first, then copied into an anonymous read-only mapping, so the
-    /// result is the same as for a mapped file.
+    /// Parses a `model.bin` held in memory (tests, fuzzing): the bytes are checked first,
+    /// then copied, so the result is the same as for a mapped file.
     pub fn from_bytes(bytes: &[u8]) -> Result<ModelBin> {
-        // Checking before copying also keeps an empty input away from `map_anon(0)`.
         Self::parse_slice(bytes)?;
-        let mut map = memmap2::MmapMut::map_anon(bytes.len())
-            .map_err(|e| Error::io(format!("cannot allocate {} bytes for model.bin: {e}", bytes.len())))?;
-        map.copy_from_slice(bytes);
-        let map = map.make_read_only().map_err(|e| Error::io(format!("cannot protect model.bin: {e}")))?;
-        let mut bin = Self::parse(Arc::new(map))?;
-        bin.file_backed = false;
-        Ok(bin)
+        Self::parse(FileBytes::copy_of(bytes)?)
     }
 
-    /// Parses a mapped `model.bin` (as `open` maps it).
-    pub fn parse(map: Arc<Mmap>) -> Result<ModelBin> {
-        let layout = Self::parse_slice(&map[..])?;
-        let (binary_version, spec_name, spec_revision, variables, aliases) = layout;
-        Ok(ModelBin { binary_version, spec_name, spec_revision, map, file_backed: true, variables, aliases })
+    /// Parses a mapped (or in-memory) `model.bin`.
+    pub fn parse(data: FileBytes) -> Result<ModelBin> {
+        let (binary_version, spec_name, spec_revision, variables, aliases) = Self::parse_slice(&data)?;
+        Ok(ModelBin { binary_version, spec_name, spec_revision, data, variables, aliases })
     }
 
     /// Reads the layout: the header, where each variable's bytes are, the aliases.
@@ -263,7 +247,7 @@ impl ModelBin {
     }
 
     fn bytes(&self, v: &RawVariable) -> &[u8] {
-        &self.map[v.offset..v.offset + v.num_bytes]
+        &self.data[v.offset..v.offset + v.num_bytes]
     }
 
     /// Reads a scalar attribute as a float (any numeric dtype).
@@ -294,7 +278,7 @@ impl ModelBin {
         let shape = v.shape.clone();
         let data: Vec<f32> = match v.dtype {
             DType::F32 => {
-                if let Some(t) = Tensor::from_mapped(&self.map, v.offset, n, shape.clone()) {
+                if let Some(t) = Tensor::from_mapped(self.data.mapping(), v.offset, n, shape.clone()) {
                     return Ok(t);
                 }
                 b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
@@ -417,28 +401,18 @@ fn dequantize(mut values: Vec<f32>, shape: &[usize], scale: &Tensor, name: &str)
 impl ModelBin {
     /// Drops the resident pages of the mapping once the model is built: weights that were
     /// converted no longer need them, and tensors still borrowing the mapping fault their
-    /// pages back in on use, so only what is really read stays in memory.
+    /// pages back in on use, so only what is really read stays in memory (a file's pages;
+    /// a file in memory stays as it is).
     pub fn release_pages(&self) {
-        if !self.file_backed {
-            return; // dropping an anonymous mapping's pages would zero them
-        }
-        // SAFETY: the mapping is a read-only, file-backed mapping: dropping its pages only
-        // means they are read again from the file (page cache) when next accessed.
-        let _ = unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        self.data.release(None);
     }
 
     /// Drops the resident pages lying wholly inside one variable's data, once it has been
     /// converted: the loading peak then holds the built model plus one raw weight, not the
     /// whole file besides.
     pub fn release_variable(&self, name: &str) {
-        const PAGE: usize = 4096;
-        let Some(v) = self.resolve(name).filter(|_| self.file_backed) else { return };
-        // The mapping starts on a page boundary, so offsets align like addresses.
-        let start = v.offset.next_multiple_of(PAGE);
-        let end = (v.offset + v.num_bytes) / PAGE * PAGE;
-        if end > start {
-            // SAFETY: as in release_pages; the range lies inside the mapping.
-            let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        if let Some(v) = self.resolve(name) {
+            self.data.release(Some(v.offset..v.offset + v.num_bytes));
         }
     }
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 pub use binary::{DType, ModelBin};
+use crate::format::files::PackageFiles;
 pub use crate::format::Quantized;
 pub use config::Ct2Config;
 pub use vocab::Vocabulary;
@@ -21,45 +22,47 @@ pub struct Ct2Dir {
 
 impl Ct2Dir {
     pub fn open(dir: &Path) -> Result<Ct2Dir> {
-        if !dir.is_dir() {
+        Ct2Dir::open_in(&PackageFiles::Disk, dir)
+    }
+
+    /// Reads the directory `dir` of `files` (on disk or in memory).
+    pub fn open_in(files: &PackageFiles, dir: &Path) -> Result<Ct2Dir> {
+        if !files.is_dir(dir) {
             return Err(Error::io(format!("model directory {} does not exist or is not a directory", dir.display())));
         }
         let bin_path = dir.join("model.bin");
-        if !bin_path.is_file() {
-            return Err(Error::io(format!("{} has no model.bin", dir.display())));
+        if !files.is_file(&bin_path) {
+            return Err(Error::io(format!("no model.bin in {}", files.describe(dir))));
         }
         let config_path = dir.join("config.json");
-        let config = if config_path.is_file() {
-            let text = std::fs::read(&config_path)
-                .map_err(|e| Error::io(format!("cannot read {}: {e}", config_path.display())))?;
-            let text = String::from_utf8(text)
-                .map_err(|_| Error::invalid_model(format!("{} is not valid UTF-8", config_path.display())))?;
-            Ct2Config::parse(&text)?
+        let config = if files.is_file(&config_path) {
+            Ct2Config::parse(&files.read_text(&config_path)?)?
         } else {
             Ct2Config::default()
         };
         let unk = config.unk_token.clone();
-        let (source_vocabulary, target_vocabulary) = match Vocabulary::load(dir, "shared_vocabulary", &unk)? {
+        let (source_vocabulary, target_vocabulary) = match Vocabulary::load(files, dir, "shared_vocabulary", &unk)? {
             Some(shared) => (shared.clone(), shared),
             None => {
-                if dir.join("source_1_vocabulary.json").is_file() || dir.join("source_1_vocabulary.txt").is_file() {
+                let has = |name: &str| files.is_file(&dir.join(name));
+                if has("source_1_vocabulary.json") || has("source_1_vocabulary.txt") {
                     return Err(Error::unsupported("models with several source features (source factors) are not supported"));
                 }
-                let source = Vocabulary::load(dir, "source_vocabulary", &unk)?;
-                let target = Vocabulary::load(dir, "target_vocabulary", &unk)?;
+                let source = Vocabulary::load(files, dir, "source_vocabulary", &unk)?;
+                let target = Vocabulary::load(files, dir, "target_vocabulary", &unk)?;
                 match (source, target) {
                     (Some(s), Some(t)) => (s, t),
                     _ => {
                         return Err(Error::io(format!(
-                            "{} has no vocabulary: expected shared_vocabulary.json/.txt or \
+                            "no vocabulary in {}: expected shared_vocabulary.json/.txt or \
                              source_vocabulary and target_vocabulary (.json or .txt)",
-                            dir.display()
+                            files.describe(dir)
                         )))
                     }
                 }
             }
         };
-        let bin = ModelBin::open(&bin_path)?;
+        let bin = ModelBin::parse(files.map(&bin_path)?)?;
         Ok(Ct2Dir { bin, config, source_vocabulary, target_vocabulary })
     }
 }

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::format::files::PackageFiles;
 use crate::format::json::{self, Json};
 
 #[derive(Debug, Clone)]
@@ -33,15 +34,16 @@ impl Vocabulary {
         Ok(Vocabulary { tokens, ids, unk_id })
     }
 
-    /// Reads `<stem>.json` or `<stem>.txt` from `dir`; `Ok(None)` when neither exists.
-    pub fn load(dir: &Path, stem: &str, unk_token: &str) -> Result<Option<Vocabulary>> {
+    /// Reads `<stem>.json` or `<stem>.txt` from `dir` of `files`; `Ok(None)` when neither
+    /// exists.
+    pub fn load(files: &PackageFiles, dir: &Path, stem: &str, unk_token: &str) -> Result<Option<Vocabulary>> {
         let json_path = dir.join(format!("{stem}.json"));
         let txt_path = dir.join(format!("{stem}.txt"));
-        let (path, vocab) = if json_path.is_file() {
-            let text = read_text(&json_path)?;
+        let (path, vocab) = if files.is_file(&json_path) {
+            let text = files.read_text(&json_path)?;
             (json_path, Vocabulary::from_json(&text, unk_token))
-        } else if txt_path.is_file() {
-            let text = read_text(&txt_path)?;
+        } else if files.is_file(&txt_path) {
+            let text = files.read_text(&txt_path)?;
             (txt_path, Vocabulary::from_lines(&text, unk_token))
         } else {
             return Ok(None);
@@ -95,11 +97,6 @@ impl Vocabulary {
     pub fn token(&self, id: u32) -> &str {
         self.tokens.get(id as usize).map(String::as_str).unwrap_or_else(|| &self.tokens[self.unk_id as usize])
     }
-}
-
-fn read_text(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read {}: {e}", path.display())))?;
-    String::from_utf8(bytes).map_err(|_| Error::invalid_model(format!("{} is not valid UTF-8", path.display())))
 }
 
 #[cfg(test)]

@@ -28,12 +28,10 @@ pub mod npz;
 pub mod yaml;
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::Path;
 
-use memmap2::Mmap;
-
 use crate::error::{Error, Result};
+use crate::format::files::{FileBytes, PackageFiles};
 pub use yaml::Yaml;
 
 /// The name of the item holding the model's YAML configuration.
@@ -211,8 +209,8 @@ impl MarianItem {
 }
 
 enum Backing {
-    /// A mapped `.bin` file.
-    Map(Mmap),
+    /// A `.bin` file, mapped (or in memory).
+    Map(FileBytes),
     /// `from_bytes` input, or the arrays of an `.npz` (decompressed, 64-byte aligned).
     Heap(Vec<u8>),
 }
@@ -232,14 +230,15 @@ impl MarianFile {
     /// Opens a `.bin` (mapped) or `.npz` (read and decompressed), told apart by the
     /// ZIP magic, not the file name.
     pub fn open(path: &Path) -> Result<MarianFile> {
-        let file = File::open(path).map_err(|e| Error::io(format!("cannot open {}: {e}", path.display())))?;
-        let size = file.metadata().map_err(|e| Error::io(format!("cannot read {}: {e}", path.display())))?.len();
-        if size == 0 {
+        MarianFile::open_in(&PackageFiles::Disk, path)
+    }
+
+    /// [`MarianFile::open`] for a file of `files` (on disk or in memory).
+    pub fn open_in(files: &PackageFiles, path: &Path) -> Result<MarianFile> {
+        let map = files.map(path)?;
+        if map.is_empty() {
             return Err(Error::invalid_model(format!("{} is empty", path.display())));
         }
-        // SAFETY: the mapping is read-only; model files are not expected to change while
-        // loaded (the same contract as every mmap-based loader, CTranslate2's included).
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(format!("cannot map {}: {e}", path.display())))?;
         let at = |e: Error| Error::new(e.kind, format!("{}: {}", path.display(), e.message));
         if is_zip(&map) {
             let (data, items) = npz::parse(&map).map_err(at)?;
@@ -416,9 +415,7 @@ impl MarianFile {
     /// pages come back from the page cache if read again); a no-op for bytes in memory.
     pub fn release_pages(&self) {
         if let Backing::Map(map) = &self.data {
-            // SAFETY: a read-only, file-backed mapping: dropped pages are read again from
-            // the file when next accessed.
-            let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+            map.release(None);
         }
     }
 }
