@@ -1021,14 +1021,17 @@ fn the_readme_c_example_compiles_and_runs() {
     assert!(stdout.contains("love") && stdout.contains("(-"), "README example printed {stdout:?}");
 }
 
-/// The README's async fragment (its second C block), inside a program that loads the model:
+/// The README's async fragment (the C block that submits a job), inside a program that loads the model:
 /// the lines before the first statement are file scope, the rest the body of main.
 #[test]
 fn the_readme_async_c_fragment_compiles_and_runs() {
     let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
-    let mut blocks = readme.split("```c\n").skip(1).map(|b| &b[..b.find("```").unwrap()]);
-    blocks.next();
-    let fragment = blocks.next().expect("README has a second C block (the async fragment)");
+    let fragment = readme
+        .split("```c\n")
+        .skip(1)
+        .map(|b| &b[..b.find("```").unwrap()])
+        .find(|b| b.contains("tolk_translate_text_async"))
+        .expect("README has a C block that submits a job");
     let body_at = fragment.find("TolkTranslatorOptions").expect("the fragment sets translator options");
     let code = format!(
         "#include <stdio.h>\n#include \"tolk.h\"\n{}\nint main(void) {{\n TolkModel *model = NULL;\n \
