@@ -294,6 +294,13 @@ typedef struct TolkTranslateOptions {
    * (default true).
    */
   bool use_shortlist;
+  /**
+   * Restrict the output layer to the candidates of the model's vocabulary map
+   * (CTranslate2's vmap.txt in the model directory) when it has one: the targets of the
+   * batch's source n-grams, the map's always-candidates, the special tokens, the decoder
+   * start token and target prefixes (default false, as in CTranslate2).
+   */
+  bool use_vmap;
 } TolkTranslateOptions;
 
 /**

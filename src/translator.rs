@@ -39,6 +39,9 @@ pub struct TranslateOptions {
     pub max_length_factor: f32,
     /// Restrict the output layer to the model's lexical shortlist when it has one.
     pub use_shortlist: bool,
+    /// Restrict the output layer to the candidates of the model's vocabulary map
+    /// (CTranslate2's `vmap.txt`) when it has one.
+    pub use_vmap: bool,
 }
 
 impl Default for TranslateOptions {
@@ -58,6 +61,7 @@ impl Default for TranslateOptions {
             batch_type: BatchType::Examples,
             max_length_factor: 0.0,
             use_shortlist: true,
+            use_vmap: false,
         }
     }
 }
@@ -366,7 +370,13 @@ impl Translator {
             return_scores: options.return_scores,
         };
 
-        let output_ids = if options.use_shortlist { m.output_candidates(&source_ids) } else { None };
+        // A vocabulary map's candidates are CTranslate2's as they are (the start and prefix
+        // tokens in, a custom end token not: it then cannot end a hypothesis either).
+        let vmap_ids = m.vocabulary_map().filter(|_| options.use_vmap).map(|vmap| {
+            let targets = starts.iter().flat_map(|s| std::iter::once(s.start).chain(s.prefix.iter().copied()));
+            vmap.candidates(sources, targets)
+        });
+        let output_ids = if options.use_shortlist && vmap_ids.is_none() { m.output_candidates(&source_ids) } else { None };
         let output_ids = output_ids.map(|mut ids| {
             // The tokens decoding must be able to produce or force are always candidates.
             ids.extend(params.end_ids.iter().copied());
@@ -375,7 +385,7 @@ impl Translator {
             ids.dedup();
             ids
         });
-        let mut session = m.start(&self.ctx, &source_ids, output_ids)?;
+        let mut session = m.start(&self.ctx, &source_ids, vmap_ids.or(output_ids))?;
         let hyps: Vec<Hypotheses> = if options.beam_size == 1 {
             greedy_search(&self.ctx, session.as_mut(), &starts, &params)
         } else {

@@ -168,6 +168,8 @@ class TolkTranslateOptions(ctypes.Structure):
         ("max_length_factor", ctypes.c_float),
         # Restrict the output layer to the model's shortlist when it has one.
         ("use_shortlist", ctypes.c_bool),
+        # Restrict the output layer to the candidates of the model's vmap.txt (CTranslate2).
+        ("use_vmap", ctypes.c_bool),
     ]
 
 
@@ -797,6 +799,7 @@ class Translator:
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
+        use_vmap: bool = False,
         progress=None,
     ) -> List[TranslationResult]:
         """Translate a batch of token lists; same arguments and defaults as
@@ -840,6 +843,7 @@ class Translator:
             batch_type=batch_type,
             max_length_factor=max_length_factor,
             use_shortlist=use_shortlist,
+            use_vmap=use_vmap,
         )
         reporter = _set_progress(opts, progress, keep)
         src_ptrs, src_lens = self._token_arrays(source, keep, allow_none=False)
@@ -871,7 +875,7 @@ class Translator:
     def _translate_options(self, keep, *, beam_size, patience, length_penalty, num_hypotheses,
                            return_scores, max_input_length, max_decoding_length,
                            min_decoding_length, end_token, disable_unk, max_batch_size,
-                           batch_type, max_length_factor=None, use_shortlist=None):
+                           batch_type, max_length_factor=None, use_shortlist=None, use_vmap=False):
         if batch_type not in BATCH_TYPES:
             raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
         # The model's defaults (a Marian package's beam size, length factor, ...); None
@@ -902,6 +906,7 @@ class Translator:
             opts.max_length_factor = float(max_length_factor)
         if use_shortlist is not None:
             opts.use_shortlist = bool(use_shortlist)
+        opts.use_vmap = bool(use_vmap)
         return opts
 
     def translate_text(
@@ -921,6 +926,7 @@ class Translator:
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
+        use_vmap: bool = False,
         split: str = "sentences",
         max_sentence_tokens: int = 128,
         return_sentences: bool = False,
@@ -992,6 +998,7 @@ class Translator:
             batch_type=batch_type,
             max_length_factor=max_length_factor,
             use_shortlist=use_shortlist,
+            use_vmap=use_vmap,
         )
         reporter = _set_progress(opts, progress, keep)
         text_opts = self._lib.tolk_text_options_default()
