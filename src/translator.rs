@@ -8,6 +8,8 @@ use crate::decode::{beam::beam_search, greedy::greedy_search, Hypotheses, Search
 use crate::error::{Error, Result};
 use crate::model::TranslationModel;
 
+mod stdsort;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchType {
     /// `max_batch_size` counts examples.
@@ -420,7 +422,9 @@ pub fn rebatch(source: &[Vec<String>], max_batch_size: usize, batch_type: BatchT
     let (max_batch_size, batch_type) =
         if max_batch_size == 0 { (source.len(), BatchType::Examples) } else { (max_batch_size, batch_type) };
     let mut order: Vec<usize> = (0..source.len()).collect();
-    order.sort_by(|&a, &b| source[b].len().cmp(&source[a].len()));
+    // Sources of the same length in CTranslate2's (unstable) order: which batch they fall
+    // into shows with a vocabulary map.
+    stdsort::sort(&mut order, |&a, &b| source[a].len() > source[b].len());
     let mut batches = Vec::new();
     let mut current: Vec<usize> = Vec::new();
     let mut max_increment = 0;
