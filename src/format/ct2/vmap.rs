@@ -40,6 +40,15 @@
 //!   nothing to the softmax; on the CPU the multiple is 1. Tolk never pads: same tokens.
 //! - An empty `vmap.txt` makes CTranslate2 index an empty table (undefined behaviour);
 //!   Tolk reads it as a map with no rules (only the special tokens are candidates).
+//! - The batches (which sources share candidates) are cut after sorting by length with
+//!   the unstable `std::sort`; Tolk orders ties as libstdc++ does (`translator/stdsort.rs`).
+//! - CTranslate2 (4.8) keeps the id -> column map of a translator's earlier restricted
+//!   batches (`update_output_layer` adds to it and clears it only when going back to the
+//!   whole vocabulary): in a later batch the start, end, prefix and disabled ids can
+//!   resolve to stale columns, giving other tokens or an exception. Tolk maps each batch
+//!   afresh, which is what CTranslate2 does on a new translator, and always when those ids
+//!   keep their columns (special tokens the lowest ids, no target prefix or custom end
+//!   token: converted OPUS-MT and OpenNMT models).
 use std::collections::HashMap;
 use std::path::Path;
 
