@@ -38,8 +38,8 @@
 //! - CTranslate2 on a GPU pads the candidate count to a multiple of 8 (float16/bfloat16)
 //!   or 16 (int8) with id 0 and a bias of -1e10, so the padding never wins and adds
 //!   nothing to the softmax; on the CPU the multiple is 1. Tolk never pads: same tokens.
-//! - An empty `vmap.txt` makes CTranslate2 index an empty table (undefined behaviour);
-//!   Tolk reads it as a map with no rules (only the special tokens are candidates).
+//! - An empty `vmap.txt` crashes CTranslate2's loader (it indexes an empty table); Tolk
+//!   reads it as a map with no rules (only the special tokens are candidates).
 //! - The batches (which sources share candidates) are cut after sorting by length with
 //!   the unstable `std::sort`; Tolk orders ties as libstdc++ does (`translator/stdsort.rs`).
 //! - CTranslate2 (4.8) keeps the id -> column map of a translator's earlier restricted
