@@ -577,8 +577,9 @@ def test_progress_struct_fields(tolk):
     o = lib.tolk_translate_options_default()
     assert o.struct_size == ctypes.sizeof(tolk.TolkTranslateOptions)
     names = [f[0] for f in tolk.TolkTranslateOptions._fields_]
-    assert names[-5:] == ["batch_type", "progress", "progress_user_data", "max_length_factor", "use_shortlist"]
-    assert not o.progress and o.progress_user_data is None
+    assert names[-6:] == ["batch_type", "progress", "progress_user_data", "max_length_factor", "use_shortlist",
+                          "use_vmap"]
+    assert not o.progress and o.progress_user_data is None and not o.use_vmap
     assert tolk.TolkTranslateOptions.progress.offset % ctypes.alignment(ctypes.c_void_p) == 0
     assert tolk.status_string(tolk.Status.ERROR_CANCELLED) == "cancelled"
     assert issubclass(tolk.TolkCancelled, tolk.TolkError)
