@@ -133,7 +133,7 @@ fn adjust_heap<T: Copy>(v: &mut [T], mut hole: usize, len: usize, value: T, less
         v[hole] = v[child];
         hole = child;
     }
-    if len % 2 == 0 && child == (len - 2) / 2 {
+    if len.is_multiple_of(2) && child == (len - 2) / 2 {
         child = 2 * (child + 1);
         v[hole] = v[child - 1];
         hole = child - 1;
