@@ -49,7 +49,7 @@
 //!   afresh, which is what CTranslate2 does on a new translator, and always when those ids
 //!   keep their columns (special tokens the lowest ids, no target prefix or custom end
 //!   token: converted OPUS-MT and OpenNMT models).
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -62,8 +62,9 @@ pub const FILE_NAME: &str = "vmap.txt";
 pub struct VocabularyMap {
     /// Target ids that are always candidates, sorted and unique.
     fixed: Vec<u32>,
-    /// `rules[n - 1]`: n-gram (tokens joined by spaces, as bytes) to target ids.
-    rules: Vec<HashMap<Vec<u8>, Vec<u32>>>,
+    /// The rules by n: n-gram (tokens joined by spaces, as bytes) to target ids. (A map of
+    /// the sizes present: a line with a million spaces makes one level, not a million.)
+    rules: BTreeMap<usize, HashMap<Vec<u8>, Vec<u32>>>,
 }
 
 impl VocabularyMap {
@@ -81,7 +82,7 @@ impl VocabularyMap {
     /// documentation for malformed lines). `special`: the unknown, begin and end tokens.
     pub fn parse(text: &[u8], vocabulary: &Vocabulary, special: [&str; 3]) -> VocabularyMap {
         let id = |token: &[u8]| std::str::from_utf8(token).ok().map_or(vocabulary.unk_id(), |t| vocabulary.id_or_unk(t));
-        let mut rules: Vec<HashMap<Vec<u8>, Vec<u32>>> = Vec::new();
+        let mut rules: BTreeMap<usize, HashMap<Vec<u8>, Vec<u32>>> = BTreeMap::new();
         let mut lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
         if lines.last().is_some_and(|l| l.is_empty()) {
             lines.pop();
@@ -89,13 +90,10 @@ impl VocabularyMap {
         for line in lines {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             let (n, key, targets) = parse_line(line, id);
-            if rules.len() < n {
-                rules.resize_with(n, HashMap::new);
-            }
-            rules[n - 1].insert(key, targets);
+            rules.entry(n).or_default().insert(key, targets);
         }
         let mut fixed: Vec<u32> = special.iter().map(|t| vocabulary.id_or_unk(t)).collect();
-        if let Some(always) = rules.first_mut().and_then(|r| r.remove(b"".as_slice())) {
+        if let Some(always) = rules.get_mut(&1).and_then(|r| r.remove(b"".as_slice())) {
             fixed.extend(always);
         }
         fixed.sort_unstable();
@@ -105,12 +103,12 @@ impl VocabularyMap {
 
     /// The largest n-gram size of the rules (0 without rules).
     pub fn max_ngram(&self) -> usize {
-        self.rules.len()
+        self.rules.keys().next_back().copied().unwrap_or(0)
     }
 
     /// The number of rules.
     pub fn len(&self) -> usize {
-        self.rules.iter().map(HashMap::len).sum()
+        self.rules.values().map(HashMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -131,12 +129,12 @@ impl VocabularyMap {
             let source = source.as_ref();
             for start in 0..source.len() {
                 ngram.clear();
-                for (n, token) in source[start..].iter().take(self.rules.len()).enumerate() {
-                    if n > 0 {
+                for (i, token) in source[start..].iter().take(self.max_ngram()).enumerate() {
+                    if i > 0 {
                         ngram.push(b' ');
                     }
                     ngram.extend_from_slice(token.as_bytes());
-                    if let Some(found) = self.rules[n].get(ngram.as_slice()) {
+                    if let Some(found) = self.rules.get(&(i + 1)).and_then(|level| level.get(ngram.as_slice())) {
                         ids.extend_from_slice(found);
                     }
                 }
@@ -277,6 +275,13 @@ mod tests {
         }
         let map = VocabularyMap::parse(&huge, &v, SPECIAL);
         assert_eq!(cands(&map, &["s"], &[]), vec![0, 1, 2, 3, 4, 5]);
+        // A 10-million-gram: one level of rules, matched by no source this short.
+        let mut wide = vec![b'w'; 1];
+        wide.extend(std::iter::repeat_n(b" w", 10_000_000).flatten());
+        wide.extend_from_slice(b"\ta\ns\tb\n");
+        let map = VocabularyMap::parse(&wide, &v, SPECIAL);
+        assert_eq!((map.max_ngram(), map.len()), (10_000_001, 2));
+        assert_eq!(cands(&map, &["w w s"], &[]), vec![0, 1, 2, 4]);
     }
 
     #[test]
