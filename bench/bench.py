@@ -3,7 +3,7 @@
 
     python3 bench/bench.py [--limit N] [--beams 1,4] [--compute-types float32,int8]
                            [--engines tolk,ct2] [--repeat K] [--models DIR] [--data DIR]
-                           [--json FILE]
+                           [--vmap FILE] [--json FILE]
 
 The source (dev-matthew.zh) is tokenized once with zh-en-ct2/sentencepiece.model, outside
 any timing. Each (engine, compute type, decoding) runs in its own fresh subprocess that
@@ -14,7 +14,8 @@ pieces, no </s>). BLEU = sacrebleu corpus BLEU of the detokenized pieces
 ("".join(pieces).replace("▁", " ").strip()) against dev-matthew.en. Peak RSS = the
 worker's VmHWM (model load included; ru_maxrss is not used because a child inherits its
 parent's high-water mark across fork+exec). Prints one Markdown table and the Tolk/CT2
-tokens/s ratio of each configuration; --json FILE saves the rows.
+tokens/s ratio of each configuration; --json FILE saves the rows. --vmap FILE translates
+with use_vmap=True on a copy of zh-en-ct2 (its files linked) whose vmap.txt is FILE.
 """
 import argparse
 import datetime
@@ -63,9 +64,11 @@ def worker(args):
 
     with open(args.tokens_file, encoding="utf-8") as f:
         source = json.load(f)
-    model_dir = os.path.join(args.models, "zh-en-ct2")
+    model_dir = args.model_dir or os.path.join(args.models, "zh-en-ct2")
     options = dict(beam_size=args.beam, max_batch_size=args.max_batch_size, batch_type="examples",
                    return_scores=False)
+    if args.model_dir:
+        options.update(use_vmap=True)
 
     t0 = time.perf_counter()
     if args.engine == "ct2":
@@ -128,6 +131,8 @@ def run_worker(args, engine, compute_type, beam, tokens_file, tmpdir):
            "--compute-type", compute_type, "--beam", str(beam), "--tokens-file", tokens_file,
            "--models", args.models, "--max-batch-size", str(args.max_batch_size),
            "--threads", str(args.threads), "--repeat", str(args.repeat)]
+    if args.model_dir:
+        cmd += ["--model-dir", args.model_dir]
     out_path = os.path.join(tmpdir, f"{engine}-{compute_type}-{beam}.out")
     err_path = os.path.join(tmpdir, f"{engine}-{compute_type}-{beam}.err")
     start = time.perf_counter()
@@ -170,12 +175,14 @@ def main():
                         "leaves CTranslate2's oneDNN products on the machine's best ISA)")
     p.add_argument("--json", metavar="FILE", help="also write the table (and metadata) as JSON")
     p.add_argument("--outputs", metavar="DIR", help="also write each run's detokenized output here")
+    p.add_argument("--vmap", metavar="FILE", help="translate with use_vmap=True and this vmap.txt")
     # Worker mode (internal).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine", help=argparse.SUPPRESS)
     p.add_argument("--compute-type", help=argparse.SUPPRESS)
     p.add_argument("--beam", type=int, help=argparse.SUPPRESS)
     p.add_argument("--tokens-file", help=argparse.SUPPRESS)
+    p.add_argument("--model-dir", help=argparse.SUPPRESS)  # the model copy with --vmap
     args = p.parse_args()
     if args.worker:
         return worker(args)
@@ -193,7 +200,7 @@ def main():
     model_dir = os.path.join(args.models, "zh-en-ct2")
     zh_path = os.path.join(args.data, "dev-matthew.zh")
     en_path = os.path.join(args.data, "dev-matthew.en")
-    for path in (model_dir, zh_path, en_path):
+    for path in (model_dir, zh_path, en_path) + ((args.vmap,) if args.vmap else ()):
         if not os.path.exists(path):
             sys.exit(f"missing {path}: run scripts/fetch_models.sh, or set TOLK_MODELS/TOLK_DATA "
                      "(or --models/--data)")
@@ -215,6 +222,13 @@ def main():
         tokens_file = os.path.join(tmpdir, "source.json")
         with open(tokens_file, "w", encoding="utf-8") as f:
             json.dump(source, f, ensure_ascii=False)
+        if args.vmap:
+            args.model_dir = os.path.join(tmpdir, "zh-en-ct2-vmap")
+            os.makedirs(args.model_dir)
+            for name in os.listdir(model_dir):
+                if name != "vmap.txt":
+                    os.symlink(os.path.join(model_dir, name), os.path.join(args.model_dir, name))
+            os.symlink(os.path.abspath(args.vmap), os.path.join(args.model_dir, "vmap.txt"))
         for compute_type in compute_types:
             for beam in beams:
                 for engine in engines:
@@ -256,7 +270,8 @@ def main():
 
     ncpu = os.cpu_count() or 1
     print(f"\n{len(zh)} zh->en verses ({zh_path}), "
-          f"max_batch_size {args.max_batch_size}, {args.threads} thread(s), best of {args.repeat}; "
+          f"max_batch_size {args.max_batch_size}, {args.threads} thread(s), best of {args.repeat}"
+          f"{', use_vmap with ' + args.vmap if args.vmap else ''}; "
           f"{cpu_model()}, {ncpu} CPUs, load average {load_before[0]:.2f} -> {load_after[0]:.2f}"
           f"{', ISA held to ' + args.isa if args.isa else ''}\n")
     print("| engine | compute type | decoding | target tokens/s | BLEU | peak RSS (MB) | wall time (s) "
@@ -289,6 +304,7 @@ def main():
             "cpu": cpu_model(), "cpus": ncpu, "python": platform.python_version(),
             "models": args.models, "data": args.data, "sentences": len(zh),
             "max_batch_size": args.max_batch_size, "threads": args.threads, "repeat": args.repeat,
+            "vmap": args.vmap,
             "load_average": [load_before[0], load_after[0]],
         }
         with open(args.json, "w", encoding="utf-8") as f:

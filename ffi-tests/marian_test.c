@@ -141,6 +141,7 @@ static const char *options_differ(const TolkTranslateOptions *a, const TolkTrans
     if (a->progress_user_data != b->progress_user_data) return "progress_user_data";
     if (a->max_length_factor != b->max_length_factor) return "max_length_factor";
     if (a->use_shortlist != b->use_shortlist) return "use_shortlist";
+    if (a->use_vmap != b->use_vmap) return "use_vmap";
     return NULL;
 }
 
@@ -200,7 +201,7 @@ static void test_load_paths(const TolkTranslator *by_dir) {
 static void test_translator_options(const TolkTranslator *en_pt, const TolkTranslator *tiny) {
     TolkTranslateOptions defaults = tolk_translate_options_default();
     CHECK(defaults.struct_size == sizeof defaults);
-    CHECK(defaults.max_length_factor == 0.0f && defaults.use_shortlist);
+    CHECK(defaults.max_length_factor == 0.0f && defaults.use_shortlist && !defaults.use_vmap);
 
     TolkTranslateOptions o = translator_options(en_pt);
     CHECK(o.struct_size == sizeof o);

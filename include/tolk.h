@@ -361,6 +361,13 @@ typedef struct TolkTranslateOptions {
    * Passed as is to `on_token`.
    */
   void *on_token_user_data;
+  /**
+   * Restrict the output layer to the candidates of the model's vocabulary map
+   * (CTranslate2's vmap.txt in the model directory) when it has one: the targets of the
+   * batch's source n-grams, the map's always-candidates, the special tokens, the decoder
+   * start token and target prefixes (default false, as in CTranslate2).
+   */
+  bool use_vmap;
 } TolkTranslateOptions;
 
 /**

@@ -157,13 +157,16 @@ fn run_one(name: &str, body: fn(&[u8]), input: &[u8], what: &str) {
     }
 }
 
-/// The share of the time budget for a target (out of the sum of all shares, 15).
+/// The sum of the targets' shares of the time budget.
+const ALL_SHARES: f64 = 15.75;
+
+/// The share of the time budget for a target (out of [`ALL_SHARES`]).
 fn budget(share: f64) -> Duration {
     let total: f64 = std::env::var("TOLK_FUZZ_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(15.0);
-    Duration::from_secs_f64(total * share / 15.0)
+    Duration::from_secs_f64(total * share / ALL_SHARES)
 }
 
 /// Runs `body` on the regressions, the seeds, then mutations of the seeds (big seeds are
@@ -327,6 +330,17 @@ fn vocabulary_seeds() -> Vec<Vec<u8>> {
     ]
 }
 
+fn vmap_seeds() -> Vec<Vec<u8>> {
+    [
+        &b"\ta b </s>\na\t\xe2\x96\x81c\na b\td e\na b <s>\ta\n"[..],
+        b"\ta\r\nb\tb\r\n\r\nno tab here\nk\ta b\tw c\t\n\xff\xfe\ta\n  \t  \nb\ta  b \xc3\xa9\n",
+        b"a\tunknown a\na\tb\n\t\n\t\t\t",
+    ]
+    .iter()
+    .map(|s| s.to_vec())
+    .collect()
+}
+
 fn marian_model_seeds() -> Vec<Vec<u8>> {
     let arrays = bodies::small_marian_arrays();
     let mut seeds = vec![
@@ -395,6 +409,7 @@ const SPM_ENCODE_REGRESSIONS: &[&str] = &[];
 const MODEL_BIN_REGRESSIONS: &[&str] = &[];
 const CONFIG_REGRESSIONS: &[&str] = &[];
 const VOCABULARY_REGRESSIONS: &[&str] = &[];
+const VMAP_REGRESSIONS: &[&str] = &[];
 const MARIAN_MODEL_REGRESSIONS: &[&str] = &[];
 const SHORTLIST_REGRESSIONS: &[&str] = &[];
 const PACKAGE_REGRESSIONS: &[&str] = &[];
@@ -457,6 +472,11 @@ fn fuzz_ct2_vocabulary() {
         1.25,
         500_000,
     );
+}
+
+#[test]
+fn fuzz_ct2_vmap() {
+    fuzz("ct2_vmap", bodies::ct2_vmap, VMAP_REGRESSIONS, vmap_seeds(), 0.75, 500_000);
 }
 
 #[test]
@@ -528,6 +548,7 @@ fn write_seed_corpus() {
         ("ct2_model_bin", model_bin_seeds()),
         ("ct2_config", config_seeds()),
         ("ct2_vocabulary", vocabulary_seeds()),
+        ("ct2_vmap", vmap_seeds()),
         ("marian_model", marian_model_seeds()),
         ("shortlist", shortlist_seeds()),
         ("package_from_memory", package_seeds()),

@@ -211,6 +211,8 @@ class TolkTranslateOptions(ctypes.Structure):
         # Called for each generated token (greedy search), on the translator's threads.
         ("on_token", TolkTokenCallback),
         ("on_token_user_data", ctypes.c_void_p),
+        # Restrict the output layer to the candidates of the model's vmap.txt (CTranslate2).
+        ("use_vmap", ctypes.c_bool),
     ]
 
 
@@ -1076,6 +1078,7 @@ class Translator:
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
+        use_vmap: bool = False,
         progress=None,
         on_token=None,
     ) -> List[TranslationResult]:
@@ -1098,7 +1101,7 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
-            use_shortlist=use_shortlist)
+            use_shortlist=use_shortlist, use_vmap=use_vmap)
         out = _ResultP()
         status = self._lib.tolk_translate_batch(self._ptr, *args, ctypes.byref(opts), ctypes.byref(out))
         for stream in streams:
@@ -1137,7 +1140,7 @@ class Translator:
                          length_penalty=None, num_hypotheses=1, return_scores=False, max_input_length=1024,
                          max_decoding_length=256, min_decoding_length=None, end_token=None,
                          disable_unk=None, max_batch_size=None, batch_type="examples",
-                         max_length_factor=None, use_shortlist=None):
+                         max_length_factor=None, use_shortlist=None, use_vmap=False):
         """Checks a token batch and builds its C arguments: (keep, options, (sources,
         source lengths, count, prefixes, prefix lengths), callback wrappers)."""
         if self.closed:
@@ -1161,7 +1164,7 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             max_batch_size=max_batch_size, batch_type=batch_type,
-            max_length_factor=max_length_factor, use_shortlist=use_shortlist)
+            max_length_factor=max_length_factor, use_shortlist=use_shortlist, use_vmap=use_vmap)
         streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
         src_ptrs, src_lens = self._token_arrays(source, keep, allow_none=False)
         if target_prefix is None:
@@ -1173,7 +1176,7 @@ class Translator:
     def _translate_options(self, keep, *, beam_size, patience, length_penalty, num_hypotheses,
                            return_scores, max_input_length, max_decoding_length,
                            min_decoding_length, end_token, disable_unk, max_batch_size,
-                           batch_type, max_length_factor=None, use_shortlist=None):
+                           batch_type, max_length_factor=None, use_shortlist=None, use_vmap=False):
         if batch_type not in BATCH_TYPES:
             raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
         # The model's defaults (a Marian package's beam size, length factor, ...); None
@@ -1204,6 +1207,7 @@ class Translator:
             opts.max_length_factor = float(max_length_factor)
         if use_shortlist is not None:
             opts.use_shortlist = bool(use_shortlist)
+        opts.use_vmap = bool(use_vmap)
         return opts
 
     def translate_text(
@@ -1223,6 +1227,7 @@ class Translator:
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
+        use_vmap: bool = False,
         split: str = "sentences",
         max_sentence_tokens: int = 128,
         return_sentences: bool = False,
@@ -1270,7 +1275,7 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
-            use_shortlist=use_shortlist, split=split, max_sentence_tokens=max_sentence_tokens)
+            use_shortlist=use_shortlist, use_vmap=use_vmap, split=split, max_sentence_tokens=max_sentence_tokens)
         out = _TextResultP()
         status = self._lib.tolk_translate_text_batch(
             self._ptr, *args, ctypes.byref(opts), ctypes.byref(text_opts), ctypes.byref(out))
@@ -1315,7 +1320,7 @@ class Translator:
                         length_penalty=None, return_scores=False, max_input_length=1024,
                         max_decoding_length=256, min_decoding_length=None, end_token=None,
                         disable_unk=None, max_batch_size=None, batch_type="examples",
-                        max_length_factor=None, use_shortlist=None, split="sentences",
+                        max_length_factor=None, use_shortlist=None, use_vmap=False, split="sentences",
                         max_sentence_tokens=128):
         """Checks texts and builds their C arguments."""
         if self.closed:
@@ -1354,6 +1359,7 @@ class Translator:
             batch_type=batch_type,
             max_length_factor=max_length_factor,
             use_shortlist=use_shortlist,
+            use_vmap=use_vmap,
         )
         streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
         text_opts = self._lib.tolk_text_options_default()

@@ -508,6 +508,29 @@ pub fn ct2_vocabulary(data: &[u8]) {
     let _ = v.token(u32::MAX);
 }
 
+/// Arbitrary bytes as a `vmap.txt` over a small vocabulary; the candidates of a map for
+/// sources cut from the input are sorted, unique, inside the vocabulary, and hold the
+/// special tokens, the always-candidates and the given target ids.
+pub fn ct2_vmap(data: &[u8]) {
+    use tolk::format::ct2::VocabularyMap;
+    static VOCAB: OnceLock<Vocabulary> = OnceLock::new();
+    let vocab = VOCAB.get_or_init(|| {
+        let tokens = ["<unk>", "<s>", "</s>", "a", "b", "\u{2581}c", "d e", "\u{e9}"];
+        Vocabulary::new(tokens.iter().map(|t| t.to_string()).collect(), "<unk>").unwrap()
+    });
+    let map = VocabularyMap::parse(data, vocab, ["<unk>", "<s>", "</s>"]);
+    let text = String::from_utf8_lossy(data);
+    let sources: Vec<Vec<String>> =
+        text.lines().take(16).map(|l| l.split([' ', '\t']).map(str::to_string).collect()).collect();
+    let out = map.candidates(&sources, [4, 1]);
+    assert!(out.windows(2).all(|w| w[0] < w[1]), "not sorted and unique: {out:?}");
+    assert!(out.iter().all(|&t| (t as usize) < vocab.len()), "{out:?} past the vocabulary");
+    let has = |id: u32| out.binary_search(&id).is_ok();
+    assert!([0, 1, 2, 4].into_iter().all(has), "special or target ids missing from {out:?}");
+    assert!(map.fixed().iter().all(|&id| has(id)), "always-candidates missing from {out:?}");
+    assert!(map.max_ngram() <= data.len() + 1);
+}
+
 // ------------------------------------------------------------------ seeds
 
 /// A small valid `model.bin` (version 6): float32, float16, bfloat16, int8 with per-row

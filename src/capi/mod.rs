@@ -177,6 +177,11 @@ pub struct TolkTranslateOptions {
     pub on_token: TolkTokenCallback,
     /// Passed as is to `on_token`.
     pub on_token_user_data: *mut c_void,
+    /// Restrict the output layer to the candidates of the model's vocabulary map
+    /// (CTranslate2's vmap.txt in the model directory) when it has one: the targets of the
+    /// batch's source n-grams, the map's always-candidates, the special tokens, the decoder
+    /// start token and target prefixes (default false, as in CTranslate2).
+    pub use_vmap: bool,
 }
 
 /// See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
@@ -293,7 +298,7 @@ versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_thre
 versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
-    progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data
+    progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data, use_vmap
 });
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
@@ -653,6 +658,7 @@ fn c_options(d: &TranslateOptions) -> TolkTranslateOptions {
         use_shortlist: d.use_shortlist,
         on_token: None,
         on_token_user_data: ptr::null_mut(),
+        use_vmap: d.use_vmap,
     }
 }
 
@@ -699,6 +705,7 @@ unsafe fn read_translate_options(
         batch_type,
         max_length_factor: o.max_length_factor,
         use_shortlist: o.use_shortlist,
+        use_vmap: o.use_vmap,
     };
     Ok((options, progress, tokens))
 }

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use crate::backend::{Backend, ComputeType, Ctx, SavedPrecision};
 use crate::error::{Error, Result};
-use crate::format::ct2::{Ct2Config, Ct2Dir, Vocabulary};
+use crate::format::ct2::{Ct2Config, Ct2Dir, Vocabulary, VocabularyMap};
 use crate::format::files::PackageFiles;
 use crate::format::WeightSource;
 use layers::WeightReader;
@@ -84,6 +84,11 @@ pub trait TranslationModel: Send + Sync {
     fn output_candidates(&self, _sources: &[Vec<u32>]) -> Option<Vec<u32>> {
         None
     }
+    /// The model's vocabulary map (CTranslate2's `vmap.txt`), used when a translation
+    /// asks for it (`use_vmap`).
+    fn vocabulary_map(&self) -> Option<&VocabularyMap> {
+        None
+    }
     /// Encodes a batch and returns its decoder, one row per source. With `output_ids`
     /// (sorted, unique), the logits of each step cover only those target ids, in that order.
     fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>) -> Result<Box<dyn DecoderSession + 'a>>;
@@ -119,20 +124,22 @@ pub struct TransformerModel<B: Backend> {
     pub compute_type: ComputeType,
     /// What the model file stores its weights as.
     pub saved_precision: SavedPrecision,
+    /// `vmap.txt` of a CTranslate2 model directory.
+    pub vocabulary_map: Option<VocabularyMap>,
 }
 
 impl<B: Backend> TransformerModel<B> {
     /// Loads the CTranslate2 model directory `dir` of `files` with weights converted for
     /// `compute_type`.
     pub fn load(files: &PackageFiles, dir: &Path, backend: &B, compute_type: ComputeType) -> Result<Self> {
-        let Ct2Dir { bin, config, source_vocabulary, target_vocabulary } = Ct2Dir::open_in(files, dir)?;
+        let Ct2Dir { bin, config, source_vocabulary, target_vocabulary, vocabulary_map } = Ct2Dir::open_in(files, dir)?;
         if !TRANSFORMER_SPECS.contains(&bin.spec_name.as_str()) {
             return Err(Error::unsupported(format!(
                 "model spec {:?} is not supported: Tolk runs encoder-decoder TransformerSpec models",
                 bin.spec_name
             )));
         }
-        let model = TransformerModel::build(
+        let mut model = TransformerModel::build(
             &bin,
             backend,
             compute_type,
@@ -142,6 +149,7 @@ impl<B: Backend> TransformerModel<B> {
             target_vocabulary,
         )?;
         bin.release_pages();
+        model.vocabulary_map = vocabulary_map;
         Ok(model)
     }
 
@@ -185,6 +193,7 @@ impl<B: Backend> TransformerModel<B> {
             special_tokens,
             source_vocabulary,
             target_vocabulary,
+            vocabulary_map: None,
         })
     }
 }
@@ -213,6 +222,9 @@ impl<B: Backend> TranslationModel for TransformerModel<B> {
     }
     fn saved_precision(&self) -> SavedPrecision {
         self.saved_precision
+    }
+    fn vocabulary_map(&self) -> Option<&VocabularyMap> {
+        self.vocabulary_map.as_ref()
     }
     fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>) -> Result<Box<dyn DecoderSession + 'a>> {
         let memory = self.encoder.forward(ctx, sources);

@@ -1,6 +1,7 @@
 //! Translation of token batches: options with CTranslate2's defaults and meaning,
 //! sorting by length and re-batching, encoding, searching, and restoring input order.
 mod job;
+mod stdsort;
 mod workers;
 
 use std::sync::Arc;
@@ -45,6 +46,9 @@ pub struct TranslateOptions {
     pub max_length_factor: f32,
     /// Restrict the output layer to the model's lexical shortlist when it has one.
     pub use_shortlist: bool,
+    /// Restrict the output layer to the candidates of the model's vocabulary map
+    /// (CTranslate2's `vmap.txt`) when it has one.
+    pub use_vmap: bool,
 }
 
 impl Default for TranslateOptions {
@@ -64,6 +68,7 @@ impl Default for TranslateOptions {
             batch_type: BatchType::Examples,
             max_length_factor: 0.0,
             use_shortlist: true,
+            use_vmap: false,
         }
     }
 }
@@ -399,7 +404,13 @@ fn run_translation(
         return_scores: options.return_scores,
     };
 
-    let output_ids = if options.use_shortlist { m.output_candidates(&source_ids) } else { None };
+    // A vocabulary map's candidates are CTranslate2's as they are (the start and prefix
+    // tokens in, a custom end token not: it then cannot end a hypothesis either).
+    let vmap_ids = m.vocabulary_map().filter(|_| options.use_vmap).map(|vmap| {
+        let targets = starts.iter().flat_map(|s| std::iter::once(s.start).chain(s.prefix.iter().copied()));
+        vmap.candidates(sources, targets)
+    });
+    let output_ids = if options.use_shortlist && vmap_ids.is_none() { m.output_candidates(&source_ids) } else { None };
     let output_ids = output_ids.map(|mut ids| {
         // The tokens decoding must be able to produce or force are always candidates.
         ids.extend(params.end_ids.iter().copied());
@@ -408,7 +419,7 @@ fn run_translation(
         ids.dedup();
         ids
     });
-    let mut session = m.start(ctx, &source_ids, output_ids)?;
+    let mut session = m.start(ctx, &source_ids, vmap_ids.or(output_ids))?;
     let hyps: Vec<Hypotheses> = if options.beam_size == 1 {
         greedy_search(ctx, session.as_mut(), observer, &starts, &params)
     } else {
@@ -442,7 +453,9 @@ pub fn rebatch(source: &[Vec<String>], max_batch_size: usize, batch_type: BatchT
     let (max_batch_size, batch_type) =
         if max_batch_size == 0 { (source.len(), BatchType::Examples) } else { (max_batch_size, batch_type) };
     let mut order: Vec<usize> = (0..source.len()).collect();
-    order.sort_by(|&a, &b| source[b].len().cmp(&source[a].len()));
+    // Sources of the same length in CTranslate2's (unstable) order: which batch they fall
+    // into shows with a vocabulary map.
+    stdsort::sort(&mut order, |&a, &b| source[a].len() > source[b].len());
     let mut batches = Vec::new();
     let mut current: Vec<usize> = Vec::new();
     let mut max_increment = 0;

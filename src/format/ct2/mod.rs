@@ -1,6 +1,8 @@
-//! CTranslate2 model directories: `model.bin`, `config.json` and the vocabularies.
+//! CTranslate2 model directories: `model.bin`, `config.json`, the vocabularies and the
+//! optional vocabulary map.
 pub mod binary;
 pub mod config;
+pub mod vmap;
 pub mod vocab;
 
 use std::path::Path;
@@ -10,6 +12,7 @@ pub use binary::{DType, ModelBin};
 use crate::format::files::PackageFiles;
 pub use crate::format::Quantized;
 pub use config::Ct2Config;
+pub use vmap::VocabularyMap;
 pub use vocab::Vocabulary;
 
 /// Everything read from a CTranslate2 model directory, before layers are built.
@@ -18,6 +21,8 @@ pub struct Ct2Dir {
     pub config: Ct2Config,
     pub source_vocabulary: Vocabulary,
     pub target_vocabulary: Vocabulary,
+    /// `vmap.txt`, when the directory has one.
+    pub vocabulary_map: Option<VocabularyMap>,
 }
 
 impl Ct2Dir {
@@ -62,7 +67,9 @@ impl Ct2Dir {
                 }
             }
         };
+        let special = [config.unk_token.as_str(), config.bos_token.as_str(), config.eos_token.as_str()];
+        let vocabulary_map = VocabularyMap::load(files, dir, &target_vocabulary, special)?;
         let bin = ModelBin::parse(files.map(&bin_path)?)?;
-        Ok(Ct2Dir { bin, config, source_vocabulary, target_vocabulary })
+        Ok(Ct2Dir { bin, config, source_vocabulary, target_vocabulary, vocabulary_map })
     }
 }
