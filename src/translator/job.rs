@@ -44,6 +44,9 @@ struct State<T> {
     on_complete: Option<CompletionCallback>,
     /// Set once every batch is finished; taken by `wait`.
     outcome: Option<Result<T>>,
+    /// Every batch is finished and the outcome is being made (outside the lock).
+    ending: bool,
+    /// The outcome is set: waiters may return.
     ended: bool,
 }
 
@@ -71,6 +74,7 @@ impl<T: Send + 'static> Request<T> {
             finish: Some(finish),
             on_complete,
             outcome: None,
+            ending: false,
             ended: false,
         };
         let request = Arc::new(Request {
@@ -128,11 +132,11 @@ impl<T: Send + 'static> Request<T> {
 
     /// Once no batch is pending: sets the outcome, wakes the waiters, calls back.
     fn end_if_finished<'s>(&'s self, mut state: MutexGuard<'s, State<T>>) {
-        if state.pending > 0 || state.ended {
+        if state.pending > 0 || state.ending {
             self.changed.notify_all();
             return;
         }
-        state.ended = true;
+        state.ending = true;
         let outcome = if let Some(e) = state.error.take() {
             Err(e)
         } else if self.is_cancelled() {
@@ -151,7 +155,10 @@ impl<T: Send + 'static> Request<T> {
             outcome
         };
         let error = outcome.as_ref().err().cloned();
+        // Only now: a waiter that saw `ended` before the finishing step returned would
+        // find no outcome.
         state.outcome = Some(outcome);
+        state.ended = true;
         let on_complete = state.on_complete.take();
         drop(state);
         self.changed.notify_all();
