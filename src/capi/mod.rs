@@ -866,4 +866,4 @@ pub unsafe extern "C" fn tolk_result_free(result: *mut TolkResult) {
 mod jobs;
 mod stream;
 mod text;
-
+mod file;
