@@ -798,6 +798,7 @@ fn the_c_example_streams_in_chunks() {
 
 /// Runs the CLI from --input to --output and returns its exit code and peak RSS in KiB
 /// (wait4's ru_maxrss, this child's alone: other tests run programs concurrently).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std's handle does not know of
 fn peak_rss_kib(binary: &Path, args: &[&str]) -> (Option<i32>, i64) {
     let child = Command::new(binary).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let mut status = 0;
