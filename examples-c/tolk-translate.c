@@ -1,31 +1,40 @@
 /*
- * tolk-translate: translate stdin to stdout line by line with libtolk.
+ * tolk-translate: translate a file or stdin line by line with libtolk.
  *
  *   tolk-translate --model DIR [--beam N] < text > translation
+ *   tolk-translate --model DIR --input FILE --output FILE --progress --inter-threads 2
  *   tolk-translate --model DIR --tokens [--beam N] [--n-best N] [--scores] < in > out
  *
  * Text mode (default): every input line is plain UTF-8 text, cut into sentences, tokenized
  * with the model package's SentencePiece model, translated and detokenized; each output
  * line is the translation of the input line (empty lines stay empty). A line ends at "\n"
  * (a "\r" before it is dropped too); anything else, a lone "\r" or a NUL byte included,
- * is part of the line's text.
+ * is part of the line's text. A line that is not valid UTF-8 is an error naming it.
  * With --tokens, input lines are space-separated tokens (e.g. SentencePiece pieces) and
  * output lines are space-separated target tokens; an empty line is an empty sentence.
- * All of stdin is translated in one call: the library sorts by length and splits into
- * batches of --max-batch-size itself. With --progress, the library's progress callback
- * prints "DONE/TOTAL" to stderr after each batch (sentences, and parts of wrapped ones, in
- * text mode; input lines with --tokens).
  *
- * Exit status: 0 on success, 1 when the library reports an error, 2 on bad usage.
+ * The input streams through tolk_translate_file: chunks of --read-batch-size lines (default
+ * 8 batches), each sorted by length and cut into batches of --max-batch-size by the library,
+ * one chunk translated (by --inter-threads workers) while the next is read and the previous
+ * written, so memory does not grow with the input and output appears chunk by chunk. An
+ * --output file appears only once complete (it is written beside and renamed).
+ * With --progress, stderr shows the lines done: a progress bar on a terminal, else
+ * "DONE/TOTAL" lines ("DONE/?" while the total is unknown: stdin that is not a file,
+ * before its end). Ctrl-C stops at the next batch and leaves no partial --output file.
+ *
+ * Exit status: 0 on success, 1 when the library reports an error, 2 on bad usage,
+ * 130 when interrupted.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "tolk.h"
 
@@ -34,6 +43,9 @@ static void usage(FILE *out) {
             "usage: tolk-translate --model DIR [options] < input > output\n"
             "  --model PATH             model: a CTranslate2 directory, a Marian/Bergamot\n"
             "                           package directory or its YAML (required)\n"
+            "  --input FILE             read FILE instead of stdin (\"-\" = stdin)\n"
+            "  --output FILE            write FILE instead of stdout, replaced only once\n"
+            "                           complete (\"-\" = stdout)\n"
             "  --tokens                 input/output lines are space-separated tokens\n"
             "                           (default: plain text lines)\n"
             "  --split MODE             text mode: sentences|lines, how a line is cut\n"
@@ -50,17 +62,22 @@ static void usage(FILE *out) {
             "  --beam N                 beam size, 1 = greedy (default 2, or the package's)\n"
             "  --n-best N               hypotheses per sentence, one line each, best first\n"
             "                           (default 1; at most the beam size)\n"
-            "  --max-batch-size N       sentences (or tokens) per batch, 0 = all (default 0,\n"
-            "                           or the package's mini-batch)\n"
+            "  --max-batch-size N       sentences (or tokens) per batch, 0 = 32 sentences\n"
+            "                           (default 0, or the package's mini-batch)\n"
             "  --batch-type T           examples|tokens: unit of --max-batch-size\n"
-            "  --intra-threads N        threads per translation (default 1)\n"
+            "  --read-batch-size N      lines read and translated as one chunk; memory grows\n"
+            "                           with it, not with the input (default 0 = 8 batches)\n"
+            "  --inter-threads N        batches translated at once, each by its own worker\n"
+            "                           sharing the model (default 1)\n"
+            "  --intra-threads N        threads per batch (default 1)\n"
             "  --max-decoding-length N  most tokens generated per sentence (default 256)\n"
             "  --length-penalty F       scores are divided by length^F (default 1)\n"
             "  --no-shortlist           score the whole vocabulary even when the model\n"
             "                           package has a lexical shortlist\n"
             "  --scores                 prefix each line with its score and \" ||| \"\n"
             "                           (text mode: the sentence scores, comma-separated)\n"
-            "  --progress               print \"DONE/TOTAL\" sentences to stderr after each batch\n"
+            "  --progress               lines done on stderr: a progress bar on a terminal,\n"
+            "                           else \"DONE/TOTAL\" lines (TOTAL \"?\" while unknown)\n"
             "  --verbose                print the library version, the model and the device\n"
             "  --help                   show this help\n");
 }
@@ -68,6 +85,7 @@ static void usage(FILE *out) {
 /* Settings from the command line. */
 typedef struct {
     const char *model_dir;
+    const char *input, *output; /* "-" = stdin / stdout */
     bool tokens_mode, scores, verbose, progress, no_shortlist;
     /* Which translate options the command line set; the others take the model's defaults. */
     bool set_beam, set_batch, set_length_penalty;
@@ -75,6 +93,7 @@ typedef struct {
     TolkTranslatorOptions translator;
     TolkTranslateOptions translate;
     TolkTextOptions text;
+    TolkStreamOptions stream;
 } Cli;
 
 /* Parses a non-negative integer that fits the uint32_t option fields. strtoul alone would
@@ -126,12 +145,14 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         else if (!strcmp(a, "--n-best")) number = &cli->translate.num_hypotheses;
         else if (!strcmp(a, "--max-batch-size")) number = &cli->translate.max_batch_size;
         else if (!strcmp(a, "--intra-threads")) number = &cli->translator.intra_threads;
+        else if (!strcmp(a, "--inter-threads")) number = &cli->translator.inter_threads;
+        else if (!strcmp(a, "--read-batch-size")) number = &cli->stream.read_batch_size;
         else if (!strcmp(a, "--max-decoding-length")) number = &cli->translate.max_decoding_length;
         else if (!strcmp(a, "--max-sentence-tokens")) number = &cli->text.max_sentence_tokens;
         else if (!strcmp(a, "--device-index")) number = &cli->model.device_index;
         else if (strcmp(a, "--model") && strcmp(a, "--compute-type") && strcmp(a, "--device") && strcmp(a, "--batch-type") &&
                  strcmp(a, "--length-penalty") && strcmp(a, "--split") && strcmp(a, "--source-spm") &&
-                 strcmp(a, "--target-spm")) {
+                 strcmp(a, "--target-spm") && strcmp(a, "--input") && strcmp(a, "--output")) {
             fprintf(stderr, "tolk-translate: unknown option %s (see --help)\n", a);
             return 2;
         }
@@ -147,6 +168,10 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             }
         } else if (!strcmp(a, "--model")) {
             cli->model_dir = v;
+        } else if (!strcmp(a, "--input")) {
+            cli->input = v;
+        } else if (!strcmp(a, "--output")) {
+            cli->output = v;
         } else if (!strcmp(a, "--compute-type")) {
             cli->model.compute_type = v; /* the library validates it */
         } else if (!strcmp(a, "--device")) {
@@ -189,184 +214,98 @@ static int parse_args(int argc, char **argv, Cli *cli) {
     return -1;
 }
 
-/* --progress: the library calls this on the translating thread (here the main one) after
- * each batch; returning false would cancel the translation (TOLK_ERROR_CANCELLED). */
-static bool print_progress(void *user_data, size_t done, size_t total) {
-    FILE *out = user_data;
-    fprintf(out, "%zu/%zu\n", done, total);
-    fflush(out);
-    return true;
+/* Set by SIGINT: the progress callback then asks the library to stop, which cancels the
+ * batches in flight and removes the unfinished --output file. A second Ctrl-C kills. */
+static volatile sig_atomic_t interrupted = 0;
+
+static void on_interrupt(int signal_number) {
+    (void)signal_number;
+    interrupted = 1;
 }
 
-/* The input: every line of stdin split into tokens, which point into the line buffers.
- * Sentences record token offsets, not pointers, because the token array moves as it grows.
- * In text mode a line is kept whole with its length in bytes (it may hold NUL bytes). */
+static void catch_interrupt(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_interrupt;
+    action.sa_flags = (int)SA_RESETHAND; /* the next Ctrl-C has the default effect */
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, NULL);
+}
+
+/* What --progress shows and how. */
 typedef struct {
-    char *line;
-    size_t bytes;         /* text mode: the line's length without its line break */
-    size_t first, length; /* tokens[first .. first + length] */
-} Sentence;
+    bool show;
+    bool terminal; /* stderr is a terminal: one bar redrawn in place */
+    bool drawn;    /* a bar is on the terminal's last line */
+    struct timespec start;
+} Progress;
 
-typedef struct {
-    Sentence *sentences;
-    size_t count, cap;
-    const char **tokens;
-    size_t num_tokens, tokens_cap;
-} Input;
-
-static void input_free(Input *in) {
-    for (size_t i = 0; i < in->count; i++) free(in->sentences[i].line);
-    free(in->sentences);
-    free(in->tokens);
+static double seconds_since(const struct timespec *start) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
 }
 
-/* Grows an array to hold `need` elements (doubling); false when out of memory. */
-static bool reserve(void **array, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t n = *cap ? *cap : 16;
-    while (n < need) n *= 2;
-    void *grown = realloc(*array, n * elem);
-    if (grown == NULL) return false;
-    *array = grown;
-    *cap = n;
-    return true;
+/* The progress bar: "[#####.....]  45%  1234/2700 lines  12.3 lines/s  ETA 0:01:59", or
+ * without a total "1234 lines  12.3 lines/s". */
+static void draw_bar(Progress *p, size_t done, size_t total) {
+    double elapsed = seconds_since(&p->start);
+    double rate = elapsed > 0 ? (double)done / elapsed : 0;
+    fputs("\r", stderr);
+    if (total > 0) {
+        enum { WIDTH = 30 };
+        size_t filled = done >= total ? WIDTH : (size_t)((double)done / (double)total * WIDTH);
+        char bar[WIDTH + 1];
+        for (size_t i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
+        bar[WIDTH] = '\0';
+        fprintf(stderr, "[%s] %3d%%  %zu/%zu lines", bar, (int)(100.0 * (double)done / (double)total), done, total);
+        if (rate > 0 && done < total) {
+            long eta = (long)((double)(total - done) / rate + 0.5);
+            fprintf(stderr, "  %.1f lines/s  ETA %ld:%02ld:%02ld", rate, eta / 3600, eta / 60 % 60, eta % 60);
+        } else if (rate > 0) {
+            fprintf(stderr, "  %.1f lines/s", rate);
+        }
+    } else {
+        fprintf(stderr, "%zu lines  %.1f lines/s", done, rate);
+    }
+    fputs("\033[K", stderr); /* clear what a longer previous bar left */
+    fflush(stderr);
+    p->drawn = true;
 }
 
-/* Reads lines of any length (getline) until EOF, split into tokens when `tokenize`, else
- * kept whole without their line break ("\n", then one "\r" before it); false on a read
- * error or out of memory. */
-static bool read_input(FILE *f, bool tokenize, Input *in) {
-    char *line = NULL;
-    size_t line_cap = 0;
-    bool ok = true;
-    ssize_t got;
-    while (ok && (got = getline(&line, &line_cap, f)) != -1) {
-        if (!reserve((void **)&in->sentences, &in->cap, in->count + 1, sizeof *in->sentences)) {
-            ok = false;
-            break;
-        }
-        Sentence *s = &in->sentences[in->count++];
-        s->line = line; /* the input owns the buffer now */
-        s->first = in->num_tokens;
-        line = NULL;
-        line_cap = 0;
-        if (!tokenize) {
-            /* getline's count, not strlen: a NUL byte is text like any other. Only the line
-             * break goes: a lone "\r" inside the line is the library's to handle. */
-            size_t n = (size_t)got;
-            if (n > 0 && s->line[n - 1] == '\n') n--;
-            if (n > 0 && s->line[n - 1] == '\r') n--;
-            s->line[n] = '\0';
-            s->bytes = n;
-            s->length = 0;
-            continue;
-        }
-        char *save = NULL;
-        for (char *tok = strtok_r(s->line, " \t\r\n", &save); tok; tok = strtok_r(NULL, " \t\r\n", &save)) {
-            if (!reserve((void **)&in->tokens, &in->tokens_cap, in->num_tokens + 1, sizeof *in->tokens)) {
-                ok = false;
-                break;
-            }
-            in->tokens[in->num_tokens++] = tok;
-        }
-        s->length = in->num_tokens - s->first;
+/* The library calls this on the translating thread (here the main one) as batches end and
+ * chunks are written, with the input lines done and their total (0 while unknown);
+ * returning false cancels the translation (TOLK_ERROR_CANCELLED). */
+static bool report_progress(void *user_data, size_t done, size_t total) {
+    Progress *p = user_data;
+    if (p->show && p->terminal) {
+        draw_bar(p, done, total);
+    } else if (p->show) {
+        if (total > 0) fprintf(stderr, "%zu/%zu\n", done, total);
+        else fprintf(stderr, "%zu/?\n", done);
+        fflush(stderr);
     }
-    free(line); /* getline allocates a buffer even when it returns -1 */
-    return ok && !ferror(f);
-}
-
-static int print_result(const TolkResult *result, const Cli *cli) {
-    for (size_t i = 0; i < tolk_result_batch_size(result); i++) {
-        size_t n_hyp = tolk_result_num_hypotheses(result, i);
-        for (size_t h = 0; h < n_hyp; h++) {
-            const char *const *tokens = NULL;
-            size_t n = 0;
-            float score = 0;
-            if (tolk_result_hypothesis(result, i, h, &tokens, &n, &score) != TOLK_OK) {
-                fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
-                return 1;
-            }
-            if (cli->scores) printf("%.6f ||| ", score);
-            for (size_t t = 0; t < n; t++) printf(t ? " %s" : "%s", tokens[t]);
-            putchar('\n');
-        }
-    }
-    return 0;
-}
-
-/* Text mode: every line is one text; prints one translated line per input line. */
-static int translate_lines(const TolkTranslator *translator, const Input *in, const Cli *cli) {
-    const char **texts = malloc((in->count ? in->count : 1) * sizeof *texts);
-    size_t *lengths = malloc((in->count ? in->count : 1) * sizeof *lengths);
-    if (texts == NULL || lengths == NULL) {
-        fprintf(stderr, "tolk-translate: out of memory\n");
-        free(texts);
-        free(lengths);
-        return 1;
-    }
-    for (size_t i = 0; i < in->count; i++) {
-        texts[i] = in->sentences[i].line;
-        lengths[i] = in->sentences[i].bytes;
-    }
-    TolkTextResult *result = NULL;
-    int status = 0;
-    if (tolk_translate_text_batch(translator, texts, lengths, in->count, &cli->translate, &cli->text, &result) != TOLK_OK) {
-        fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
-        status = 1;
-    }
-    for (size_t i = 0; status == 0 && i < tolk_text_result_count(result); i++) {
-        if (cli->scores) {
-            /* One score per translated part (a long sentence wrapped into parts has one
-             * for each). */
-            size_t n = tolk_text_result_num_sentences(result, i);
-            for (size_t j = 0; j < n; j++) {
-                TolkSentenceInfo info = tolk_sentence_info_default();
-                if (tolk_text_result_sentence(result, i, j, &info) != TOLK_OK) {
-                    fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
-                    status = 1;
-                    break;
-                }
-                printf(j ? ",%.6f" : "%.6f", info.score);
-            }
-            if (status != 0) break;
-            printf(" ||| ");
-        }
-        /* With its length: the translation keeps any NUL byte of the source's gaps. */
-        size_t length = 0;
-        const char *text = tolk_text_result_text(result, i, &length);
-        fwrite(text, 1, length, stdout);
-        putchar('\n');
-    }
-    tolk_text_result_free(result);
-    free(texts);
-    free(lengths);
-    return status;
+    return !interrupted;
 }
 
 int main(int argc, char **argv) {
     Cli cli = {
+        .input = "-",
+        .output = "-",
         .model = tolk_model_options_default(),
         .translator = tolk_translator_options_default(),
         .translate = tolk_translate_options_default(),
         .text = tolk_text_options_default(),
+        .stream = tolk_stream_options_default(),
     };
     int status = parse_args(argc, argv, &cli);
     if (status >= 0) return status;
-    cli.translate.return_scores = cli.scores;
-    if (cli.progress) {
-        cli.translate.progress = print_progress;
-        cli.translate.progress_user_data = stderr;
-    }
     if (cli.verbose)
         fprintf(stderr, "tolk %s (ABI %u), CPU kernels: %s\n", tolk_version(), tolk_abi_version(), tolk_cpu_isa());
 
     /* Load first, so that a bad model or option fails before waiting for input. */
     TolkModel *model = NULL;
     TolkTranslator *translator = NULL;
-    TolkResult *result = NULL;
-    Input in = {0};
-    const char *const **batch = NULL;
-    size_t *lengths = NULL;
     status = 1;
     /* The model is loaded for the compute type asked for, so no second copy is made. */
     if (tolk_model_load_with_options(cli.model_dir, &cli.model, &model) != TOLK_OK ||
@@ -391,44 +330,27 @@ int main(int argc, char **argv) {
     options.num_hypotheses = cli.translate.num_hypotheses;
     options.max_decoding_length = cli.translate.max_decoding_length;
     options.batch_type = cli.translate.batch_type;
-    options.return_scores = cli.translate.return_scores;
-    options.progress = cli.translate.progress;
-    options.progress_user_data = cli.translate.progress_user_data;
-    cli.translate = options;
-    if (!read_input(stdin, cli.tokens_mode, &in)) {
-        fprintf(stderr, "tolk-translate: cannot read the input: %s\n", strerror(errno));
-        goto done;
-    }
-    if (!cli.tokens_mode) {
-        status = translate_lines(translator, &in, &cli);
-        goto flush;
-    }
-    batch = malloc((in.count ? in.count : 1) * sizeof *batch);
-    lengths = malloc((in.count ? in.count : 1) * sizeof *lengths);
-    if (batch == NULL || lengths == NULL) {
-        fprintf(stderr, "tolk-translate: out of memory\n");
-        goto done;
-    }
-    for (size_t i = 0; i < in.count; i++) {
-        batch[i] = in.tokens + in.sentences[i].first;
-        lengths[i] = in.sentences[i].length;
-    }
-    if (tolk_translate_batch(translator, batch, lengths, in.count, NULL, NULL, &cli.translate, &result) != TOLK_OK) {
+    options.return_scores = cli.scores;
+    /* Always called, --progress or not: it is also how Ctrl-C stops the library. */
+    Progress progress = {.show = cli.progress, .terminal = isatty(STDERR_FILENO) == 1};
+    clock_gettime(CLOCK_MONOTONIC, &progress.start);
+    options.progress = report_progress;
+    options.progress_user_data = &progress;
+    cli.stream.tokens = cli.tokens_mode;
+    catch_interrupt();
+
+    TolkStatus translated = tolk_translate_file(translator, cli.input, cli.output, &options, &cli.text, &cli.stream);
+    if (progress.drawn) fputc('\n', stderr);
+    if (translated == TOLK_OK) {
+        status = 0;
+    } else if (translated == TOLK_ERROR_CANCELLED && interrupted) {
+        fprintf(stderr, "tolk-translate: interrupted\n");
+        status = 130;
+    } else {
         fprintf(stderr, "tolk-translate: %s\n", tolk_last_error());
-        goto done;
-    }
-    status = print_result(result, &cli);
-flush:
-    if (fflush(stdout) != 0) {
-        fprintf(stderr, "tolk-translate: cannot write the output: %s\n", strerror(errno));
-        status = 1;
     }
 done:
-    tolk_result_free(result);
     tolk_translator_free(translator);
     tolk_model_free(model);
-    free(batch);
-    free(lengths);
-    input_free(&in);
     return status;
 }

@@ -449,6 +449,28 @@ typedef struct TolkSentenceInfo {
   size_t sentence;
 } TolkSentenceInfo;
 
+/**
+ * Settings of tolk_translate_file. Always start from `tolk_stream_options_default()`.
+ */
+typedef struct TolkStreamOptions {
+  /**
+   * sizeof(TolkStreamOptions), set by the _default() function (ABI versioning).
+   */
+  uint32_t struct_size;
+  /**
+   * Lines read and translated as one chunk (two chunks are in flight: one translated
+   * while the next is read and the previous written); memory grows with this, not with
+   * the input. 0 = 8 batches' worth: 8 x max_batch_size (8 x 32 when max_batch_size is
+   * 0 or counts tokens).
+   */
+  uint32_t read_batch_size;
+  /**
+   * Input lines are space-separated tokens and so are output lines, one per hypothesis
+   * (scores: "SCORE ||| tokens"); false = text lines (default).
+   */
+  bool tokens;
+} TolkStreamOptions;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -907,6 +929,47 @@ enum TolkStatus tolk_text_result_sentence(const struct TolkTextResult *result,
  * `result` must be NULL or a pointer from tolk_translate_text(_batch) not yet freed.
  */
 void tolk_text_result_free(struct TolkTextResult *result);
+
+/**
+ * Default stream settings (text lines, chunks of 8 batches).
+ */
+struct TolkStreamOptions tolk_stream_options_default(void);
+
+/**
+ * Translates a file line by line into another, with memory bounded by the chunk size
+ * whatever the input's size. `input_path` and `output_path` NULL or "-" mean standard
+ * input and output (read and written through the library's own buffers: do not mix with
+ * stdio on them during the call).
+ *
+ * Each input line is one text (cut into sentences per `text_options`; empty lines stay
+ * empty) or, with `stream_options->tokens`, one sentence of space-separated tokens. A line
+ * ends at "\n", and one "\r" before it goes with it. Each output line is the line's
+ * translation; with `options->return_scores`, preceded by its sentence scores
+ * (comma-separated) and " ||| ". In token mode every hypothesis is a line ("SCORE ||| "
+ * first with scores). A line that is not valid UTF-8 stops the call with an error naming
+ * it. Translations are written in input order, flushed after each chunk.
+ *
+ * `options` (NULL = the translator's) and `text_options` (NULL = defaults) are those of
+ * the text and batch calls; max_batch_size 0 means batches of 32 sentences here, and
+ * `on_token` must be NULL. `options->progress` is called on this thread with the lines
+ * done (estimated from the translated sentences inside a chunk in text mode) and the total:
+ * counted beforehand when the input is a regular file, else 0 until the end of the input
+ * is read. Returning false stops the call with TOLK_ERROR_CANCELLED.
+ *
+ * A file output is written to a temporary file beside it (".NAME.tolk-PID-N.tmp") and
+ * renamed over it at the end: on any failure no output file is created or changed.
+ * Standard output, devices and FIFOs are written as chunks are translated.
+ *
+ * # Safety
+ * `translator` must be a live translator; the paths NULL or NUL-terminated; the option
+ * structs NULL or initialized by their _default() functions.
+ */
+enum TolkStatus tolk_translate_file(const struct TolkTranslator *translator,
+                                    const char *input_path,
+                                    const char *output_path,
+                                    const struct TolkTranslateOptions *options,
+                                    const struct TolkTextOptions *text_options,
+                                    const struct TolkStreamOptions *stream_options);
 
 #ifdef __cplusplus
 }  // extern "C"

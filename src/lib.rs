@@ -22,6 +22,10 @@
 //! let source = vec![vec!["▁你好".to_string()]];
 //! let results = translator.translate_batch(&source, None, &TranslateOptions::default()).unwrap();
 //! println!("{:?}", results[0].hypotheses[0]);
+//! // Or a file of any size, line by line, with bounded memory ("-": standard streams):
+//! let stream = tolk::StreamOptions::default();
+//! translator.translate_file("in.zh".as_ref(), "out.en".as_ref(), &TranslateOptions::default(),
+//!     &TextOptions::default(), &stream, &mut |done, total| { eprintln!("{done}/{total}"); true }).unwrap();
 //! ```
 pub mod backend;
 mod capi;
@@ -41,7 +45,7 @@ use backend::SavedPrecision;
 use format::files::{MemoryFiles, PackageFiles};
 use format::package::ModelPackage;
 pub use error::{Error, ErrorKind, Result};
-pub use text::{SplitMode, TextOptions, TextTokenCallback, TextTokenEvent, TextTranslation, Tokenizer, TokenizerFiles};
+pub use text::{SplitMode, StreamOptions, TextOptions, TextTokenCallback, TextTokenEvent, TextTranslation, Tokenizer, TokenizerFiles};
 pub use translator::{BatchType, CompletionCallback, Job, TokenCallback, TokenEvent, TranslateOptions, TranslationResult};
 
 /// A loaded model: immutable and cheap to clone (shared by reference counting).
@@ -449,6 +453,37 @@ impl Translator {
         let package = Arc::clone(&self.package);
         let finish = Box::new(move |results| Ok(prepared.finish(package.text_tokenizer()?, results)));
         self.inner.submit(sources, None, options, on_token, finish, hooks.on_complete)
+    }
+
+    /// Translates `input` line by line into `output` with bounded memory: chunks of
+    /// `stream.read_batch_size` lines, two in flight, written in order (see
+    /// [`text::stream`] for the format). `progress(lines_done, lines_total)` (total 0 while
+    /// unknown) is called on this thread; returning false cancels. Returns the line count.
+    pub fn translate_stream<R: std::io::BufRead, W: std::io::Write>(
+        &self,
+        input: R,
+        output: W,
+        options: &TranslateOptions,
+        text_options: &TextOptions,
+        stream: &StreamOptions,
+        progress: &mut dyn FnMut(usize, usize) -> bool,
+    ) -> Result<usize> {
+        text::stream::translate_stream(self, input, output, options, text_options, stream, progress)
+    }
+
+    /// [`Translator::translate_stream`] between files (`-`: standard input or output); the
+    /// progress total is counted beforehand for a regular input file, and a file output
+    /// appears only once complete (see [`text::stream::translate_file`]).
+    pub fn translate_file(
+        &self,
+        input: &Path,
+        output: &Path,
+        options: &TranslateOptions,
+        text_options: &TextOptions,
+        stream: &StreamOptions,
+        progress: &mut dyn FnMut(usize, usize) -> bool,
+    ) -> Result<usize> {
+        text::stream::translate_file(self, input, output, options, text_options, stream, progress)
     }
 
     /// Number of batches this translator translates at once (its `inter_threads`).

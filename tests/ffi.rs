@@ -636,9 +636,10 @@ fn progress_lines(stderr: &str) -> Vec<(usize, usize)> {
     lines
 }
 
-/// tolk-translate --progress: "DONE/TOTAL" on stderr after each batch, counting input lines
-/// in token mode and translated parts (sentences, and parts of wrapped ones) in text mode;
-/// the output is the same as without it, and no input means no line.
+/// tolk-translate --progress: "DONE/TOTAL" input lines on stderr (not a terminal) after each
+/// batch and chunk; in text mode the lines done inside a chunk are estimated from its
+/// translated parts (sentences, and parts of wrapped ones). The output is the same as
+/// without it, and no input means no line.
 #[test]
 fn the_c_example_reports_progress() {
     let binary = build_cli();
@@ -664,8 +665,10 @@ fn the_c_example_reports_progress() {
     assert_eq!((code, out.as_str()), (Some(0), ""));
     assert!(progress_lines(&stderr).is_empty(), "{stderr}");
 
-    // Text mode: the total is the number of translated parts, which --scores shows (one
-    // score per part); a long sentence wrapped at 6 tokens counts each part.
+    // Text mode: progress counts the 6 input lines (it used to count the translated parts:
+    // the CLI now streams its input, whose lines are the unit a progress bar can total);
+    // inside the chunk, each batch of parts (--scores shows one score per part; a long
+    // sentence wrapped at 6 tokens counts each part) moves the lines done in proportion.
     let input = "Hello world. How are you?\nThe cat sat on the mat.\n\n   \nZebra quilt vex jinx. We love to read.\n\
                  The cat sat on the mat and the dog sat on the log and we love to read small texts.\n";
     let base = ["--model", model, "--beam", "1", "--max-decoding-length", "16", "--max-sentence-tokens", "6"];
@@ -679,21 +682,160 @@ fn the_c_example_reports_progress() {
         assert_eq!((code, out.as_str()), (Some(0), scored.as_str()), "--max-batch-size {batch}: {stderr}");
         let lines = progress_lines(&stderr);
         let step: usize = batch.parse().unwrap();
-        let want: Vec<(usize, usize)> = if step == 0 {
-            vec![(parts, parts)] // text mode's default batches of 32
+        let mut want: Vec<(usize, usize)> = if step == 0 {
+            vec![(6, 6)] // text mode's default batches of 32: one
         } else {
-            (1..=parts.div_ceil(step)).map(|k| ((k * step).min(parts), parts)).collect()
+            (1..=parts.div_ceil(step)).map(|k| ((k * step).min(parts) * 6 / parts, 6)).collect()
         };
+        want.dedup(); // a batch that moves no whole line is not reported
         assert_eq!(lines, want, "--max-batch-size {batch}: {stderr}");
     }
-    // Blank lines only: nothing to translate, no progress.
+    // Blank lines only: nothing to translate, the lines are done when written (this used
+    // to report nothing: no part was translated).
     let (code, out, stderr) = cli(&[&base[..], &["--progress"]].concat(), "\n  \n\n");
     assert_eq!((code, out.as_str()), (Some(0), "\n  \n\n"), "{stderr}");
-    assert!(progress_lines(&stderr).is_empty(), "{stderr}");
+    assert_eq!(progress_lines(&stderr), [(3, 3)], "{stderr}");
 
     if valgrind_available() {
         run_under_valgrind(&binary, &[&base[..], &["--progress", "--max-batch-size", "3"]].concat(), input);
     }
+}
+
+/// The fixture's sentences as `n` text lines, empty and blank ones among them.
+fn fixture_text_lines(n: usize) -> String {
+    let base = ["Hello world. How are you?", "The cat sat on the mat.", "", "Zebra quilt vex jinx. We love to read.", "  ", "z"];
+    (0..n).map(|i| format!("{}\n", base[i % base.len()])).collect()
+}
+
+/// The CLI streams its input in chunks (--read-batch-size) translated by --inter-threads
+/// workers: the output is the plain run's, in text and token modes, from stdin or --input
+/// to stdout or --output; --progress counts lines against the total counted beforehand for
+/// --input (and stdin redirected from a file), else "DONE/?" until the end is read.
+#[test]
+fn the_c_example_streams_in_chunks() {
+    let binary = build_cli();
+    let model = fixture();
+    let model = model.to_str().unwrap();
+    let cli = |args: &[&str], stdin: &str| run_program(&binary, args, stdin);
+    let input = fixture_text_lines(240);
+    let tokens: String = (0..240).map(|i| ["a b c\n", "h e l l o\n", "\n", "z\n", "m n q\n"][i % 5]).collect();
+    let streamed = ["--inter-threads", "2", "--read-batch-size", "16"];
+    for (args, input) in [
+        (&["--model", model, "--max-decoding-length", "12", "--scores"][..], &input),
+        (&["--model", model, "--max-decoding-length", "12", "--tokens", "--n-best", "2", "--scores", "--max-batch-size", "3"], &tokens),
+    ] {
+        let (code, plain, stderr) = cli(args, input);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(plain.lines().count(), 240 * if args.contains(&"--n-best") { 2 } else { 1 });
+        let (code, out, stderr) = cli(&[args, &streamed[..]].concat(), input);
+        assert_eq!((code, out.as_str()), (Some(0), plain.as_str()), "{streamed:?} changed the output: {stderr}");
+
+        // Files: the same translation; progress totals known from the start.
+        let dir = out_dir().join(format!("stream-{}", args.len()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (in_path, out_path) = (dir.join("in.txt"), dir.join("out.txt"));
+        std::fs::write(&in_path, input).unwrap();
+        let files = ["--input", in_path.to_str().unwrap(), "--output", out_path.to_str().unwrap(), "--progress"];
+        let (code, out, stderr) = cli(&[args, &streamed[..], &files[..]].concat(), "");
+        assert_eq!((code, out.as_str()), (Some(0), ""), "{stderr}");
+        assert_eq!(std::fs::read_to_string(&out_path).unwrap(), plain);
+        let progress = progress_lines(&stderr);
+        assert!(progress.len() >= 240 / 16 && progress.iter().all(|&(_, total)| total == 240), "{stderr}");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "a temporary file was left behind");
+        // Standard input redirected from the file: counted too.
+        let mut cmd = Command::new(&binary);
+        cmd.args([args, &streamed[..], &["--progress"]].concat()).stdin(std::fs::File::open(&in_path).unwrap());
+        let out = cmd.output().unwrap();
+        assert_eq!(text(&out.stdout), plain);
+        assert!(progress_lines(&text(&out.stderr)).iter().all(|&(_, total)| total == 240), "{}", text(&out.stderr));
+        // A pipe: "DONE/?" until the end of the input is read, then DONE/240.
+        let (code, out, stderr) = cli(&[args, &streamed[..], &["--progress"]].concat(), input);
+        assert_eq!((code, out.as_str()), (Some(0), plain.as_str()), "{stderr}");
+        let unknown = stderr.lines().take_while(|l| l.ends_with("/?")).count();
+        assert!(unknown > 0 && progress_lines(&stderr).len() + unknown == stderr.lines().count(), "{stderr}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A failure leaves no output: an existing --output keeps its contents (invalid UTF-8
+    // on line 100, after chunks were translated).
+    let dir = out_dir().join("stream-failure");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (in_path, out_path) = (dir.join("in.txt"), dir.join("out.txt"));
+    let mut bad = fixture_text_lines(99).into_bytes();
+    bad.extend_from_slice(b"\xff bad\nmore\n");
+    std::fs::write(&in_path, bad).unwrap();
+    std::fs::write(&out_path, "before\n").unwrap();
+    let args = ["--model", model, "--read-batch-size", "16", "--input", in_path.to_str().unwrap(), "--output", out_path.to_str().unwrap()];
+    let (code, _, stderr) = cli(&args, "");
+    assert!(code == Some(1) && stderr.contains("line 100 of") && stderr.contains("UTF-8"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&out_path).unwrap(), "before\n");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "a temporary file was left behind");
+
+    // Ctrl-C stops at the next batch: exit 130, no output file, no temporary file. (The
+    // first progress line says the translation is under way.)
+    std::fs::remove_file(&out_path).unwrap();
+    std::fs::write(&in_path, fixture_text_lines(200_000)).unwrap();
+    let mut child = Command::new(&binary)
+        .args([&args[..], &["--progress"]].concat())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut first).unwrap();
+    assert!(first.ends_with("/200000\n"), "{first}");
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(130), "{rest}");
+    assert!(rest.contains("interrupted"), "{rest}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "only the input is left");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the CLI from --input to --output and returns its exit code and peak RSS in KiB
+/// (wait4's ru_maxrss, this child's alone: other tests run programs concurrently).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std's handle does not know of
+fn peak_rss_kib(binary: &Path, args: &[&str]) -> (Option<i32>, i64) {
+    let child = Command::new(binary).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: plain libc call on our own child, reaped here (std's handle is not waited on).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, usage.ru_maxrss)
+}
+
+/// Memory does not grow with the input: 16000 lines peak at about the RSS of 4000 (the CLI
+/// used to hold every line and translation: 19 MB for 5000 lines, 63 MB for 20000).
+#[test]
+fn the_c_example_translates_large_inputs_in_bounded_memory() {
+    let binary = build_cli();
+    let model = fixture();
+    let dir = out_dir().join("stream-memory");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let long = "The cat sat on the mat and the dog sat on the log, and we love to read small texts. Hello world.";
+    let mut peaks = Vec::new();
+    for lines in [4000, 16000] {
+        let input = dir.join(format!("in{lines}.txt"));
+        let output = dir.join(format!("out{lines}.txt"));
+        let text: String = (0..lines).map(|i| if i % 7 == 3 { "\n".to_string() } else { format!("{long} {i}\n") }).collect();
+        std::fs::write(&input, text).unwrap();
+        let args = ["--model", model.to_str().unwrap(), "--max-decoding-length", "8", "--inter-threads", "2"];
+        let files = ["--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()];
+        let (code, peak) = peak_rss_kib(&binary, &[&args[..], &files[..]].concat());
+        assert_eq!(code, Some(0));
+        assert_eq!(std::fs::read_to_string(&output).unwrap().lines().count(), lines);
+        peaks.push(peak);
+    }
+    eprintln!("peak RSS: {} KiB for 4000 lines, {} KiB for 16000", peaks[0], peaks[1]);
+    assert!(peaks[1] * 4 < peaks[0] * 5, "peak RSS grew with the input: {peaks:?} KiB");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// examples-c/desktop.c shows progress in its status bar (stderr) while the worker

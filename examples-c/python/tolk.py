@@ -224,6 +224,16 @@ class TolkTextOptions(ctypes.Structure):
     ]
 
 
+class TolkStreamOptions(ctypes.Structure):
+    """Settings of ``tolk_translate_file`` (start from ``tolk_stream_options_default()``)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("read_batch_size", ctypes.c_uint32),  # lines per chunk; 0 = 8 batches
+        ("tokens", ctypes.c_bool),  # token lines instead of text lines
+    ]
+
+
 class TolkSentenceInfo(ctypes.Structure):
     """One translated part of a text (``tolk_text_result_sentence``'s out struct; start
     from ``tolk_sentence_info_default()``, which sets ``struct_size``)."""
@@ -1461,6 +1471,103 @@ class Translator:
                     scores.append(float(score.value))
             results.append(TranslationResult(hyps, scores))
         return results
+
+    def translate_file(
+        self,
+        input_path,
+        output_path,
+        *,
+        tokens: bool = False,
+        read_batch_size: int = 0,
+        beam_size: Optional[int] = None,
+        patience: float = 1.0,
+        length_penalty: Optional[float] = None,
+        num_hypotheses: int = 1,
+        return_scores: bool = False,
+        max_input_length: int = 1024,
+        max_decoding_length: int = 256,
+        min_decoding_length: Optional[int] = None,
+        end_token: Optional[str] = None,
+        disable_unk: Optional[bool] = None,
+        max_batch_size: Optional[int] = None,
+        batch_type: str = "examples",
+        max_length_factor: Optional[float] = None,
+        use_shortlist: Optional[bool] = None,
+        split: str = "sentences",
+        max_sentence_tokens: int = 128,
+        progress=None,
+    ) -> None:
+        """Translate a file line by line into another (``tolk_translate_file``), with
+        memory bounded by ``read_batch_size`` lines (0 = 8 batches) whatever the
+        file's size; ``"-"`` (or ``None``) is standard input or output.
+
+        Each line is a text (``split`` and ``max_sentence_tokens`` as in
+        :meth:`translate_text`; empty lines stay empty) or, with ``tokens=True``,
+        space-separated tokens, each hypothesis one output line. With
+        ``return_scores`` every line starts with its scores and ``" ||| "``, as the
+        ``tolk-translate`` CLI prints them. The other arguments are those of
+        :meth:`translate_batch` (``max_batch_size`` 0: batches of 32 sentences).
+
+        ``progress(lines_done, lines_total)`` is called on this thread; the total is
+        counted beforehand for a regular file, else 0 until the end of the input is
+        read. Returning ``False`` raises :class:`TolkCancelled`. A failed call leaves
+        no output file (it is written beside and renamed once complete).
+        """
+        if self.closed:
+            raise ValueError("the translator is closed")
+        if split not in SPLIT_MODES:
+            raise ValueError(
+                "split must be one of %s, got %r" % (", ".join(repr(k) for k in SPLIT_MODES), split)
+            )
+        lib = self._lib
+        # Declared here rather than in _declare: this method is self-contained.
+        lib.tolk_stream_options_default.restype = TolkStreamOptions
+        lib.tolk_stream_options_default.argtypes = []
+        lib.tolk_translate_file.restype = _Status
+        lib.tolk_translate_file.argtypes = [
+            _TranslatorP,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.POINTER(TolkTranslateOptions),
+            ctypes.POINTER(TolkTextOptions),
+            ctypes.POINTER(TolkStreamOptions),
+        ]
+        keep = []
+        opts = self._translate_options(
+            keep,
+            beam_size=beam_size,
+            patience=patience,
+            length_penalty=length_penalty,
+            num_hypotheses=num_hypotheses,
+            return_scores=return_scores,
+            max_input_length=max_input_length,
+            max_decoding_length=max_decoding_length,
+            min_decoding_length=min_decoding_length,
+            end_token=end_token,
+            disable_unk=disable_unk,
+            max_batch_size=max_batch_size,
+            batch_type=batch_type,
+            max_length_factor=max_length_factor,
+            use_shortlist=use_shortlist,
+        )
+        reporter = _set_progress(opts, progress, keep)
+        text_opts = lib.tolk_text_options_default()
+        text_opts.split_mode = SPLIT_MODES[split]
+        text_opts.max_sentence_tokens = int(max_sentence_tokens)
+        stream = lib.tolk_stream_options_default()
+        stream.read_batch_size = int(read_batch_size)
+        stream.tokens = bool(tokens)
+        status = lib.tolk_translate_file(
+            self._ptr,
+            _path_bytes(_fspath_or_none(input_path)),
+            _path_bytes(_fspath_or_none(output_path)),
+            ctypes.byref(opts),
+            ctypes.byref(text_opts),
+            ctypes.byref(stream),
+        )
+        if reporter is not None:
+            reporter.reraise()
+        _check(lib, status)
 
 
 def _main(argv=None):

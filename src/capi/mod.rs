@@ -897,4 +897,4 @@ mod jobs;
 mod memory;
 mod stream;
 mod text;
-
+mod file;

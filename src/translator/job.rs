@@ -161,6 +161,8 @@ impl<T: Send + 'static> Request<T> {
             outcome
         };
         let error = outcome.as_ref().err().cloned();
+        // Only now: a waiter that saw `ended` before the finishing step returned would
+        // find no outcome.
         state.outcome = Some(outcome);
         state.ended = true;
         let on_complete = state.on_complete.take();

@@ -893,3 +893,35 @@ def test_a_driver_without_a_usable_gpu_is_a_clean_error(tolk, sinusoid, tmp_path
     assert lines[0].startswith("error %d" % tolk.Status.ERROR_UNSUPPORTED) and "cuda" in lines[0], lines
     assert lines[1] == "auto cpu", lines
     assert "panicked" not in run.stderr and run.stderr.strip() == "", run.stderr
+
+
+def test_translate_file(tolk, tmp_path):
+    """Translator.translate_file streams a file in chunks: each line's translation as
+    translate_text / translate_batch give it, progress in lines against the counted total,
+    and a cancelled call leaves no output file."""
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "ffi-tests", "fixtures", "tiny")
+    tr = tolk.Translator(fixture)
+    lines = ["Hello world. How are you?", "", "The cat sat on the mat.", "  ", "z"] * 8
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+    calls = []
+    tr.translate_file(src, out, beam_size=1, max_decoding_length=8, max_batch_size=2, read_batch_size=6,
+                      progress=lambda d, t: calls.append((d, t)))
+    expected = tr.translate_text(lines, beam_size=1, max_decoding_length=8, max_batch_size=2)
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    assert calls[-1] == (40, 40) and all(t == 40 for _, t in calls) and len(calls) >= 40 // 6
+
+    src.write_text("a b c\n\nz\n", encoding="utf-8")
+    tr.translate_file(str(src), str(out), tokens=True, beam_size=2, num_hypotheses=2, return_scores=True)
+    results = tr.translate_batch([["a", "b", "c"], [], ["z"]], beam_size=2, num_hypotheses=2, return_scores=True)
+    expected = ["%.6f ||| %s" % (s, " ".join(h)) for r in results for h, s in zip(r.hypotheses, r.scores)]
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+
+    out.unlink()
+    src.write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+    with pytest.raises(tolk.TolkCancelled):
+        tr.translate_file(src, out, read_batch_size=6, max_batch_size=2, progress=lambda d, t: d < 10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+    with pytest.raises(tolk.TolkError, match="nonexistent"):
+        tr.translate_file(tmp_path / "nonexistent.txt", out)
+    tr.close()
