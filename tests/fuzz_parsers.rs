@@ -542,7 +542,7 @@ fn generated_models_keep_the_invariants() {
 #[ignore]
 fn write_seed_corpus() {
     let root = PathBuf::from(std::env::var("TOLK_FUZZ_CORPUS").expect("TOLK_FUZZ_CORPUS not set"));
-    let sets: [(&str, Vec<Vec<u8>>); 8] = [
+    let sets: [(&str, Vec<Vec<u8>>); 9] = [
         ("sentencepiece_model", spm_model_seeds()),
         ("sentencepiece_encode", spm_encode_seeds()),
         ("ct2_model_bin", model_bin_seeds()),
