@@ -1,7 +1,7 @@
 //! Multi-head attention kernels. The attention runs per query row over that row's own
 //! keys, so no padding or mask is ever materialized (each sequence only sees its real
 //! length); the projections around it are the layers' matrix products.
-use super::isa::dispatch_isa;
+use super::isa::{self, dispatch_isa};
 use super::ops;
 
 /// `scores[j] = scale * dot(q, key_j)` for every key, in the order of MKL's sgemm kernels
@@ -24,13 +24,37 @@ fn key_scores(
     padded: usize,
     scores: &mut [f32],
 ) {
+    // Asked once per head, not per block.
+    let avx512 = cfg!(target_arch = "x86_64") && isa::current().float_level() == isa::FloatLevel::Avx512;
+    for (first, count, rows) in keys.runs(scores.len()) {
+        let scores = &mut scores[first..first + count];
+        block_key_scores(q, &rows, first, h, head_dim, scale, single_query, padded, avx512, scores);
+    }
+}
+
+/// `key_scores` for the keys of one block, the first of which is key `first`. A score
+/// depends on its own key and index only, so where blocks end changes nothing. `avx512`:
+/// the 64-wide dots may use the explicit AVX-512 version.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn block_key_scores(
+    q: &[f32],
+    keys: &Rows,
+    first: usize,
+    h: usize,
+    head_dim: usize,
+    scale: f32,
+    single_query: bool,
+    padded: usize,
+    avx512: bool,
+    scores: &mut [f32],
+) {
     let len = scores.len();
     if single_query && head_dim == 64 {
         let grouped = padded / 4 * 4;
-        #[cfg(target_arch = "x86_64")]
-        let avx512 = crate::backend::cpu::isa::current().float_level() == crate::backend::cpu::isa::FloatLevel::Avx512;
-        for (j, s) in scores.iter_mut().enumerate() {
-            let k = keys.head(j, h, head_dim);
+        for (i, s) in scores.iter_mut().enumerate() {
+            let (j, k) = (first + i, keys.head(i, h, head_dim));
             *s = if j < grouped {
                 #[cfg(target_arch = "x86_64")]
                 if avx512 {
@@ -155,11 +179,19 @@ fn single_query_dot_rest(q: &[f32], k: &[f32], even: bool) -> f32 {
 #[inline(always)]
 fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, o: &mut [f32]) {
     // Plain inline functions rather than closures: closures would not inherit the target
-    // features of the dispatch_isa! copy (calling the software fmaf).
+    // features of the dispatch_isa! copy (calling the software fmaf). They take the keys
+    // of one group of 8 (`eight`), whose values lie in one block.
     const D: usize = 64;
+    /// The probabilities and values of keys `b..b + 8` (`b` a multiple of 8); the keys
+    /// past `probs` are padding.
+    #[inline(always)]
+    fn eight<'a>(probs: &'a [f32], values: &KvView<'a>, b: usize) -> (&'a [f32], Rows<'a>) {
+        let len = probs.len();
+        (&probs[b.min(len)..(b + 8).min(len)], values.rows_from(b))
+    }
     /// acc += p[i] · v[i] (fused); nothing for a padding key.
     #[inline(always)]
-    fn fuse(probs: &[f32], values: &KvView, h: usize, i: usize, acc: &mut [f32; D]) {
+    fn fuse(probs: &[f32], values: &Rows, h: usize, i: usize, acc: &mut [f32; D]) {
         if i < probs.len() {
             let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
             for c in 0..D {
@@ -169,7 +201,7 @@ fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, 
     }
     /// p[i] · v[i] rounded (zero for a padding key).
     #[inline(always)]
-    fn product(probs: &[f32], values: &KvView, h: usize, i: usize) -> [f32; D] {
+    fn product(probs: &[f32], values: &Rows, h: usize, i: usize) -> [f32; D] {
         let mut out = [0.0; D];
         if i < probs.len() {
             let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
@@ -186,7 +218,7 @@ fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, 
         }
     }
     #[inline(always)]
-    fn group(probs: &[f32], values: &KvView, h: usize, b: usize) -> [f32; D] {
+    fn group(probs: &[f32], values: &Rows, h: usize, b: usize) -> [f32; D] {
         let mut even = product(probs, values, h, b + 2);
         fuse(probs, values, h, b, &mut even);
         let mut odd = product(probs, values, h, b + 3);
@@ -196,42 +228,96 @@ fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, 
     }
     let len = probs.len();
     let o: &mut [f32; D] = (&mut o[..D]).try_into().unwrap();
+    let (p, rows) = eight(probs, values, 0);
     if padded < 8 {
         o.fill(0.0);
         for i in 0..len {
-            fuse(probs, values, h, i, o);
+            fuse(p, &rows, h, i, o);
         }
         return;
     }
-    *o = group(probs, values, h, 0);
-    add(o, &group(probs, values, h, 4));
+    *o = group(p, &rows, h, 0);
+    add(o, &group(p, &rows, h, 4));
     let blocks = padded / 8;
     for b in (8..blocks * 8).step_by(8) {
-        fuse(probs, values, h, b + 6, o);
-        fuse(probs, values, h, b + 4, o);
-        let mut pair = product(probs, values, h, b + 7);
-        fuse(probs, values, h, b + 5, &mut pair);
+        let (p, rows) = eight(probs, values, b);
+        fuse(p, &rows, h, 6, o);
+        fuse(p, &rows, h, 4, o);
+        let mut pair = product(p, &rows, h, 7);
+        fuse(p, &rows, h, 5, &mut pair);
         add(o, &pair);
-        add(o, &group(probs, values, h, b));
+        add(o, &group(p, &rows, h, 0));
     }
-    for i in blocks * 8..len {
-        fuse(probs, values, h, i, o);
+    let (p, rows) = eight(probs, values, blocks * 8);
+    for i in 0..len.saturating_sub(blocks * 8) {
+        fuse(p, &rows, h, i, o);
     }
 }
 
-/// Keys or values of one sequence: row `j`, head `h` is `data[j * stride + offset + h * head_dim ..]`.
+/// Keys or values at a fixed stride: row `j`, head `h` is `data[j * stride + offset + h * head_dim ..]`.
 #[derive(Clone, Copy)]
-pub struct KvView<'a> {
-    pub data: &'a [f32],
-    pub stride: usize,
-    pub offset: usize,
+struct Rows<'a> {
+    data: &'a [f32],
+    stride: usize,
+    offset: usize,
 }
 
-impl KvView<'_> {
-    #[inline]
-    fn head(&self, j: usize, h: usize, head_dim: usize) -> &[f32] {
+impl<'a> Rows<'a> {
+    #[inline(always)]
+    fn head(&self, j: usize, h: usize, head_dim: usize) -> &'a [f32] {
         let start = j * self.stride + self.offset + h * head_dim;
         &self.data[start..start + head_dim]
+    }
+}
+
+/// Keys or values of one sequence, stored in blocks of `2^shift` rows: row `j` is row
+/// `j & (2^shift - 1)` of `blocks[j >> shift]` ([`Rows`] with `stride` and `offset`). A
+/// contiguous sequence is one block ([`KvView::contiguous`]); the decoder's paged cache
+/// hands a row's blocks ([`KvView::paged`]). The kernels walk the keys block by block, each
+/// block as fast as a contiguous sequence, and read every key and value they did before
+/// in the same order: where the rows are stored changes no result.
+#[derive(Clone, Copy)]
+pub struct KvView<'a> {
+    blocks: &'a [&'a [f32]],
+    shift: u32,
+    stride: usize,
+    offset: usize,
+}
+
+impl<'a> KvView<'a> {
+    /// Row `j` at `data[j * stride + offset ..]`.
+    pub fn contiguous(data: &'a &'a [f32], stride: usize, offset: usize) -> KvView<'a> {
+        // One block no row index reaches the end of: `j >> shift` is always 0.
+        KvView { blocks: std::slice::from_ref(data), shift: usize::BITS - 1, stride, offset }
+    }
+
+    /// Row `j` in `blocks[j >> shift]`, at `(j & (2^shift - 1)) * stride + offset`. Blocks
+    /// hold at least 8 rows, so that the kernels' groups of 4 and 8 keys (aligned) never
+    /// straddle two.
+    pub fn paged(blocks: &'a [&'a [f32]], shift: u32, stride: usize, offset: usize) -> KvView<'a> {
+        assert!((3..usize::BITS).contains(&shift), "blocks of at least 8 rows");
+        KvView { blocks, shift, stride, offset }
+    }
+
+    /// The rows from row `j` to the end of its block (none past the stored rows).
+    #[inline(always)]
+    fn rows_from(&self, j: usize) -> Rows<'a> {
+        let within = j & ((1 << self.shift) - 1);
+        let data = self.blocks.get(j >> self.shift).and_then(|b| b.get(within * self.stride..)).unwrap_or(&[]);
+        Rows { data, stride: self.stride, offset: self.offset }
+    }
+
+    /// Rows `0..len` block by block: (first row, rows in this block, the block's rows).
+    #[inline(always)]
+    fn runs(&self, len: usize) -> impl Iterator<Item = (usize, usize, Rows<'a>)> + '_ {
+        let size = 1usize << self.shift;
+        (0..len).step_by(size).map(move |first| (first, size.min(len - first), self.rows_from(first)))
+    }
+
+    /// Row `j`, head `h`: for tests; the kernels go block by block.
+    #[cfg(test)]
+    pub(crate) fn head(&self, j: usize, h: usize, head_dim: usize) -> &'a [f32] {
+        self.rows_from(j).head(0, h, head_dim)
     }
 }
 
@@ -317,9 +403,11 @@ fn attend_row_generic(
         // Weighted sum of the values, one FMA per key in key order (MKL's order for the
         // batched `P·V` with several query rows).
         o.fill(0.0);
-        for (j, &p) in scores.iter().enumerate() {
-            let v = values.head(j, h, head_dim);
-            o.iter_mut().zip(v).for_each(|(o, v)| *o = p.mul_add(*v, *o));
+        for (first, count, rows) in values.runs(scores.len()) {
+            for (i, &p) in scores[first..first + count].iter().enumerate() {
+                let v = rows.head(i, h, head_dim);
+                o.iter_mut().zip(v).for_each(|(o, v)| *o = p.mul_add(*v, *o));
+            }
         }
     }
 }
@@ -347,46 +435,59 @@ pub fn attend_row_sequential(
     scores.resize(len, 0.0);
     for h in 0..num_heads {
         let q = &query[h * head_dim..(h + 1) * head_dim];
-        // Eight keys at a time, each still summed in its own sequential order: eight
-        // independent chains instead of one long dependent one.
-        let grouped = len.min(peeled) / 8 * 8;
-        for j in (0..grouped).step_by(8) {
-            let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(j + l, h, head_dim));
-            let mut acc = [0.0f32; 8];
-            for (p, &qp) in q.iter().enumerate() {
-                for l in 0..8 {
-                    acc[l] += qp * k[l][p];
-                }
-            }
-            for l in 0..8 {
-                scores[j + l] = acc[l] * scale;
-            }
-        }
-        for (j, s) in scores.iter_mut().enumerate().skip(grouped) {
-            let k = keys.head(j, h, head_dim);
-            let dot = if j >= peeled {
-                let whole = head_dim / 4 * 4;
-                let mut partial = [0.0f32; 4];
-                for (i, (&a, &b)) in q[..whole].iter().zip(&k[..whole]).enumerate() {
-                    partial[i % 4] += a * b;
-                }
-                let mut sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
-                for (&a, &b) in q[whole..].iter().zip(&k[whole..head_dim]) {
-                    sum += a * b;
-                }
-                sum
-            } else {
-                q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| acc + a * b)
-            };
-            *s = dot * scale;
+        for (first, count, rows) in keys.runs(len) {
+            block_sequential_scores(q, &rows, first, peeled, h, head_dim, scale, &mut scores[first..first + count]);
         }
         ops::softmax(scores);
         let o = &mut out[h * head_dim..(h + 1) * head_dim];
         o.fill(0.0);
-        for (j, &p) in scores.iter().enumerate() {
-            let v = values.head(j, h, head_dim);
-            o.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
+        for (first, count, rows) in values.runs(len) {
+            for (i, &p) in scores[first..first + count].iter().enumerate() {
+                let v = rows.head(i, h, head_dim);
+                o.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
+            }
         }
+    }
+}
+
+/// `attend_row_sequential`'s scores for the keys of one block, the first of which is key
+/// `first`. A score depends on its own key and index only, so where blocks end changes
+/// nothing.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn block_sequential_scores(q: &[f32], keys: &Rows, first: usize, peeled: usize, h: usize, head_dim: usize, scale: f32, scores: &mut [f32]) {
+    // Eight keys at a time, each still summed in its own sequential order: eight
+    // independent chains instead of one long dependent one.
+    let grouped = scores.len().min(peeled.saturating_sub(first)) / 8 * 8;
+    for i in (0..grouped).step_by(8) {
+        let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(i + l, h, head_dim));
+        let mut acc = [0.0f32; 8];
+        for (p, &qp) in q.iter().enumerate() {
+            for l in 0..8 {
+                acc[l] += qp * k[l][p];
+            }
+        }
+        for l in 0..8 {
+            scores[i + l] = acc[l] * scale;
+        }
+    }
+    for (i, s) in scores.iter_mut().enumerate().skip(grouped) {
+        let k = keys.head(i, h, head_dim);
+        let dot = if first + i >= peeled {
+            let whole = head_dim / 4 * 4;
+            let mut partial = [0.0f32; 4];
+            for (i, (&a, &b)) in q[..whole].iter().zip(&k[..whole]).enumerate() {
+                partial[i % 4] += a * b;
+            }
+            let mut sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+            for (&a, &b) in q[whole..].iter().zip(&k[whole..head_dim]) {
+                sum += a * b;
+            }
+            sum
+        } else {
+            q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| acc + a * b)
+        };
+        *s = dot * scale;
     }
 }
 
@@ -420,6 +521,42 @@ mod tests {
         }
     }
 
+    /// Keys and values read from blocks (the decoder's paged cache) give the same bits as
+    /// from one contiguous sequence, on every ISA and in every kernel.
+    #[test]
+    fn paged_views_read_what_contiguous_ones_do() {
+        let (heads, d) = (2, 64);
+        let width = 2 * heads * d;
+        for shift in [3, 4, 5] {
+            for len in [1, 5, 8, 9, 16, 17, 31, 40] {
+                let q = values(len as u32, heads * d);
+                let kv = values(300 + len as u32, len * width);
+                let owned: Vec<Vec<f32>> = kv.chunks(width << shift).map(|b| b.to_vec()).collect();
+                let blocks: Vec<&[f32]> = owned.iter().map(|b| &b[..]).collect();
+                let kv = &kv[..];
+                let contiguous = (KvView::contiguous(&kv, width, 0), KvView::contiguous(&kv, width, heads * d));
+                let paged = (KvView::paged(&blocks, shift, width, 0), KvView::paged(&blocks, shift, width, heads * d));
+                let run = |level, (keys, vals): (KvView, KvView), kernel: usize| {
+                    let mut out = vec![0.0f32; heads * d];
+                    let scores = &mut Vec::new();
+                    isa::with_isa(level, || match kernel {
+                        0 => attend_row(&q, keys, vals, len, heads, d, 0.125, true, scores, &mut out),
+                        1 => attend_row(&q, keys, vals, len, heads, d, 0.125, false, scores, &mut out),
+                        2 => attend_row_padded(&q, keys, vals, len, len + 11, heads, d, 0.125, true, scores, &mut out),
+                        _ => attend_row_sequential(&q, keys, vals, len, len / 4 * 4, heads, d, 0.125, scores, &mut out),
+                    });
+                    out
+                };
+                for level in isa::available() {
+                    for kernel in 0..4 {
+                        let (a, b) = (run(level, contiguous, kernel), run(level, paged, kernel));
+                        assert!(a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()), "{level:?} shift {shift} len {len} kernel {kernel}");
+                    }
+                }
+            }
+        }
+    }
+
     /// Decoder-step attention with 64-wide heads (the MKL-order paths) on every ISA.
     #[test]
     fn single_query_attention_is_identical_on_every_isa() {
@@ -427,8 +564,9 @@ mod tests {
         for len in [1, 3, 7, 8, 9, 13, 16, 21, 40] {
             let q = values(len as u32, heads * d);
             let kv = values(100 + len as u32, len * 2 * heads * d);
-            let keys = KvView { data: &kv, stride: 2 * heads * d, offset: 0 };
-            let vals = KvView { data: &kv, stride: 2 * heads * d, offset: heads * d };
+            let kv = &kv[..];
+            let keys = KvView::contiguous(&kv, 2 * heads * d, 0);
+            let vals = KvView::contiguous(&kv, 2 * heads * d, heads * d);
             let run = |level| {
                 let mut out = vec![0.0f32; heads * d];
                 isa::with_isa(level, || {
