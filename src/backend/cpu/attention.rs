@@ -24,68 +24,50 @@ fn key_scores(
     padded: usize,
     scores: &mut [f32],
 ) {
-    // Asked once per head, not per block.
-    let avx512 = cfg!(target_arch = "x86_64") && isa::current().float_level() == isa::FloatLevel::Avx512;
-    for (first, count, rows) in keys.runs(scores.len()) {
-        let scores = &mut scores[first..first + count];
-        block_key_scores(q, &rows, first, h, head_dim, scale, single_query, padded, avx512, scores);
-    }
-}
-
-/// `key_scores` for the keys of one block, the first of which is key `first`. A score
-/// depends on its own key and index only, so where blocks end changes nothing. `avx512`:
-/// the 64-wide dots may use the explicit AVX-512 version.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-fn block_key_scores(
-    q: &[f32],
-    keys: &Rows,
-    first: usize,
-    h: usize,
-    head_dim: usize,
-    scale: f32,
-    single_query: bool,
-    padded: usize,
-    avx512: bool,
-    scores: &mut [f32],
-) {
     let len = scores.len();
     if single_query && head_dim == 64 {
         let grouped = padded / 4 * 4;
-        for (i, s) in scores.iter_mut().enumerate() {
-            let (j, k) = (first + i, keys.head(i, h, head_dim));
-            *s = if j < grouped {
-                #[cfg(target_arch = "x86_64")]
-                if avx512 {
-                    // SAFETY: the level is supported (isa::current); both slices hold 64 values.
-                    *s = unsafe { x86::single_query_dot_avx512(&q[..64], &k[..64]) } * scale;
-                    continue;
-                }
-                single_query_dot(q, k)
-            } else {
-                single_query_dot_rest(q, k, j % 2 == 0)
-            } * scale;
+        // Asked once per head, not per block.
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = isa::current().float_level() == isa::FloatLevel::Avx512;
+        for (first, count, keys) in keys.blocks(len) {
+            for (i, s) in scores[first..first + count].iter_mut().enumerate() {
+                let (j, k) = (first + i, keys.head(i, h, head_dim));
+                *s = if j < grouped {
+                    #[cfg(target_arch = "x86_64")]
+                    if avx512 {
+                        // SAFETY: the level is supported (isa::current); both slices hold 64 values.
+                        *s = unsafe { x86::single_query_dot_avx512(&q[..64], &k[..64]) } * scale;
+                        continue;
+                    }
+                    single_query_dot(q, k)
+                } else {
+                    single_query_dot_rest(q, k, j % 2 == 0)
+                } * scale;
+            }
         }
         return;
     }
-    let mut j = 0;
-    while j + 8 <= len {
-        let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(j + l, h, head_dim));
-        let mut acc = [0.0f32; 8];
-        for (p, &qp) in q.iter().enumerate() {
-            for l in 0..8 {
-                acc[l] = qp.mul_add(k[l][p], acc[l]);
+    for (first, count, keys) in keys.groups(len) {
+        let scores = &mut scores[first..first + count];
+        if count == 8 {
+            // The eight dots side by side: independent chains instead of one long dependent one.
+            let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(l, h, head_dim));
+            let mut acc = [0.0f32; 8];
+            for (p, &qp) in q.iter().enumerate() {
+                for l in 0..8 {
+                    acc[l] = qp.mul_add(k[l][p], acc[l]);
+                }
             }
+            for l in 0..8 {
+                scores[l] = acc[l] * scale;
+            }
+            continue;
         }
-        for l in 0..8 {
-            scores[j + l] = acc[l] * scale;
+        for (i, s) in scores.iter_mut().enumerate() {
+            let k = keys.head(i, h, head_dim);
+            *s = q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| a.mul_add(b, acc)) * scale;
         }
-        j += 8;
-    }
-    for (jj, s) in scores.iter_mut().enumerate().skip(j) {
-        let k = keys.head(jj, h, head_dim);
-        *s = q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| a.mul_add(b, acc)) * scale;
     }
 }
 
@@ -180,18 +162,18 @@ fn single_query_dot_rest(q: &[f32], k: &[f32], even: bool) -> f32 {
 fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, o: &mut [f32]) {
     // Plain inline functions rather than closures: closures would not inherit the target
     // features of the dispatch_isa! copy (calling the software fmaf). They take the keys
-    // of one group of 8 (`eight`), whose values lie in one block.
+    // of one group of 8 (`eight`).
     const D: usize = 64;
     /// The probabilities and values of keys `b..b + 8` (`b` a multiple of 8); the keys
     /// past `probs` are padding.
     #[inline(always)]
-    fn eight<'a>(probs: &'a [f32], values: &KvView<'a>, b: usize) -> (&'a [f32], Rows<'a>) {
+    fn eight<'a>(probs: &'a [f32], values: &KvView<'a>, b: usize) -> (&'a [f32], Eight<'a>) {
         let len = probs.len();
-        (&probs[b.min(len)..(b + 8).min(len)], values.rows_from(b))
+        (&probs[b.min(len)..(b + 8).min(len)], values.eight(b))
     }
     /// acc += p[i] · v[i] (fused); nothing for a padding key.
     #[inline(always)]
-    fn fuse(probs: &[f32], values: &Rows, h: usize, i: usize, acc: &mut [f32; D]) {
+    fn fuse(probs: &[f32], values: &Eight, h: usize, i: usize, acc: &mut [f32; D]) {
         if i < probs.len() {
             let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
             for c in 0..D {
@@ -201,7 +183,7 @@ fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, 
     }
     /// p[i] · v[i] rounded (zero for a padding key).
     #[inline(always)]
-    fn product(probs: &[f32], values: &Rows, h: usize, i: usize) -> [f32; D] {
+    fn product(probs: &[f32], values: &Eight, h: usize, i: usize) -> [f32; D] {
         let mut out = [0.0; D];
         if i < probs.len() {
             let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
@@ -218,7 +200,7 @@ fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, 
         }
     }
     #[inline(always)]
-    fn group(probs: &[f32], values: &Rows, h: usize, b: usize) -> [f32; D] {
+    fn group(probs: &[f32], values: &Eight, h: usize, b: usize) -> [f32; D] {
         let mut even = product(probs, values, h, b + 2);
         fuse(probs, values, h, b, &mut even);
         let mut odd = product(probs, values, h, b + 3);
@@ -270,12 +252,28 @@ impl<'a> Rows<'a> {
     }
 }
 
+/// Keys or values `b..b + 8` of a [`KvView`] (`b` a multiple of 8), as two halves of 4
+/// rows, each within one block.
+#[derive(Clone, Copy)]
+struct Eight<'a> {
+    halves: [Rows<'a>; 2],
+}
+
+impl<'a> Eight<'a> {
+    /// Row `b + i` (`i < 8`), head `h`.
+    #[inline(always)]
+    fn head(&self, i: usize, h: usize, head_dim: usize) -> &'a [f32] {
+        self.halves[i / 4].head(i % 4, h, head_dim)
+    }
+}
+
 /// Keys or values of one sequence, stored in blocks of `2^shift` rows: row `j` is row
-/// `j & (2^shift - 1)` of `blocks[j >> shift]` ([`Rows`] with `stride` and `offset`). A
-/// contiguous sequence is one block ([`KvView::contiguous`]); the decoder's paged cache
-/// hands a row's blocks ([`KvView::paged`]). The kernels walk the keys block by block, each
-/// block as fast as a contiguous sequence, and read every key and value they did before
-/// in the same order: where the rows are stored changes no result.
+/// `j & (2^shift - 1)` of `blocks[j >> shift]`, at `stride` and `offset`. A contiguous
+/// sequence is one block ([`KvView::contiguous`]); the decoder's paged cache hands a row's
+/// blocks ([`KvView::paged`]). The kernels walk the keys block by block, or in aligned
+/// groups of 8 ([`Eight`]) where they take 8 at once, finding each block once, and read
+/// every key and value in the same order wherever it is stored: the layout changes no
+/// result.
 #[derive(Clone, Copy)]
 pub struct KvView<'a> {
     blocks: &'a [&'a [f32]],
@@ -292,10 +290,9 @@ impl<'a> KvView<'a> {
     }
 
     /// Row `j` in `blocks[j >> shift]`, at `(j & (2^shift - 1)) * stride + offset`. Blocks
-    /// hold at least 8 rows, so that the kernels' groups of 4 and 8 keys (aligned) never
-    /// straddle two.
+    /// hold at least 4 rows, so that each half of a group of 8 lies in one.
     pub fn paged(blocks: &'a [&'a [f32]], shift: u32, stride: usize, offset: usize) -> KvView<'a> {
-        assert!((3..usize::BITS).contains(&shift), "blocks of at least 8 rows");
+        assert!((2..usize::BITS).contains(&shift), "blocks of at least 4 rows");
         KvView { blocks, shift, stride, offset }
     }
 
@@ -307,14 +304,26 @@ impl<'a> KvView<'a> {
         Rows { data, stride: self.stride, offset: self.offset }
     }
 
-    /// Rows `0..len` block by block: (first row, rows in this block, the block's rows).
+    /// Rows `b..b + 8` (`b` a multiple of 8).
     #[inline(always)]
-    fn runs(&self, len: usize) -> impl Iterator<Item = (usize, usize, Rows<'a>)> + '_ {
+    fn eight(&self, b: usize) -> Eight<'a> {
+        Eight { halves: [self.rows_from(b), self.rows_from(b + 4)] }
+    }
+
+    /// Rows `0..len` block by block: (first row, rows in the block, the block's rows).
+    #[inline(always)]
+    fn blocks(&self, len: usize) -> impl Iterator<Item = (usize, usize, Rows<'a>)> + '_ {
         let size = 1usize << self.shift;
         (0..len).step_by(size).map(move |first| (first, size.min(len - first), self.rows_from(first)))
     }
 
-    /// Row `j`, head `h`: for tests; the kernels go block by block.
+    /// Rows `0..len` in groups of 8: (first row, rows in the group, the group).
+    #[inline(always)]
+    fn groups(&self, len: usize) -> impl Iterator<Item = (usize, usize, Eight<'a>)> + '_ {
+        (0..len).step_by(8).map(move |b| (b, 8.min(len - b), self.eight(b)))
+    }
+
+    /// Row `j`, head `h`: for tests; the kernels go by groups.
     #[cfg(test)]
     pub(crate) fn head(&self, j: usize, h: usize, head_dim: usize) -> &'a [f32] {
         self.rows_from(j).head(0, h, head_dim)
@@ -403,9 +412,9 @@ fn attend_row_generic(
         // Weighted sum of the values, one FMA per key in key order (MKL's order for the
         // batched `P·V` with several query rows).
         o.fill(0.0);
-        for (first, count, rows) in values.runs(scores.len()) {
+        for (first, count, values) in values.blocks(scores.len()) {
             for (i, &p) in scores[first..first + count].iter().enumerate() {
-                let v = rows.head(i, h, head_dim);
+                let v = values.head(i, h, head_dim);
                 o.iter_mut().zip(v).for_each(|(o, v)| *o = p.mul_add(*v, *o));
             }
         }
@@ -435,32 +444,30 @@ pub fn attend_row_sequential(
     scores.resize(len, 0.0);
     for h in 0..num_heads {
         let q = &query[h * head_dim..(h + 1) * head_dim];
-        for (first, count, rows) in keys.runs(len) {
-            block_sequential_scores(q, &rows, first, peeled, h, head_dim, scale, &mut scores[first..first + count]);
+        for (first, count, keys) in keys.groups(len) {
+            group_sequential_scores(q, &keys, first, peeled, h, head_dim, scale, &mut scores[first..first + count]);
         }
         ops::softmax(scores);
         let o = &mut out[h * head_dim..(h + 1) * head_dim];
         o.fill(0.0);
-        for (first, count, rows) in values.runs(len) {
+        for (first, count, values) in values.blocks(len) {
             for (i, &p) in scores[first..first + count].iter().enumerate() {
-                let v = rows.head(i, h, head_dim);
+                let v = values.head(i, h, head_dim);
                 o.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
             }
         }
     }
 }
 
-/// `attend_row_sequential`'s scores for the keys of one block, the first of which is key
-/// `first`. A score depends on its own key and index only, so where blocks end changes
-/// nothing.
+/// `attend_row_sequential`'s scores for one group of keys, the first of which is key
+/// `first`. A score depends on its own key and index only.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn block_sequential_scores(q: &[f32], keys: &Rows, first: usize, peeled: usize, h: usize, head_dim: usize, scale: f32, scores: &mut [f32]) {
-    // Eight keys at a time, each still summed in its own sequential order: eight
-    // independent chains instead of one long dependent one.
-    let grouped = scores.len().min(peeled.saturating_sub(first)) / 8 * 8;
-    for i in (0..grouped).step_by(8) {
-        let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(i + l, h, head_dim));
+fn group_sequential_scores(q: &[f32], keys: &Eight, first: usize, peeled: usize, h: usize, head_dim: usize, scale: f32, scores: &mut [f32]) {
+    if scores.len() == 8 && first + 8 <= peeled {
+        // The eight dots side by side, each still summed in its own sequential order:
+        // independent chains instead of one long dependent one.
+        let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(l, h, head_dim));
         let mut acc = [0.0f32; 8];
         for (p, &qp) in q.iter().enumerate() {
             for l in 0..8 {
@@ -468,10 +475,11 @@ fn block_sequential_scores(q: &[f32], keys: &Rows, first: usize, peeled: usize, 
             }
         }
         for l in 0..8 {
-            scores[i + l] = acc[l] * scale;
+            scores[l] = acc[l] * scale;
         }
+        return;
     }
-    for (i, s) in scores.iter_mut().enumerate().skip(grouped) {
+    for (i, s) in scores.iter_mut().enumerate() {
         let k = keys.head(i, h, head_dim);
         let dot = if first + i >= peeled {
             let whole = head_dim / 4 * 4;
@@ -527,7 +535,7 @@ mod tests {
     fn paged_views_read_what_contiguous_ones_do() {
         let (heads, d) = (2, 64);
         let width = 2 * heads * d;
-        for shift in [3, 4, 5] {
+        for shift in [2, 3, 4, 5] {
             for len in [1, 5, 8, 9, 16, 17, 31, 40] {
                 let q = values(len as u32, heads * d);
                 let kv = values(300 + len as u32, len * width);
