@@ -104,7 +104,7 @@ impl CpuKvCache {
         let mut spare = Vec::new();
         for (row, _) in old.iter_mut().zip(&uses).filter(|(_, &u)| u == 0) {
             for block in row.blocks.drain(..) {
-                // The last holder: its memory is recycled (another holder keeps it alive).
+                // A block only this row held is recycled; one other rows hold stays theirs.
                 if Arc::strong_count(&block) == 1 {
                     self.free.push(block);
                 }
