@@ -4,69 +4,74 @@
 use super::isa::{self, dispatch_isa};
 use super::ops;
 
-/// `scores[j] = scale * dot(q, key_j)` for every key, in the order of MKL's sgemm kernels
-/// for CTranslate2's batched `Q·Kᵀ` (measured against the MKL bundled with CTranslate2
-/// 4.8.5 on an AVX-512 machine). With several query rows (the encoder) each dot is a
-/// sequential chain of FMAs over the head dimension. With one query row (a decoder step)
-/// and 64-wide heads, MKL's matrix-vector path runs keys by groups of 4 with 16 lanes
-/// (`single_query_dot`), and the last `padded % 4` keys with another 16-lane order
+/// `scores[h * len + j] = scale * dot(q_h, key_j)` for every head and key, in the order of
+/// MKL's sgemm kernels for CTranslate2's batched `Q·Kᵀ` (measured against the MKL bundled
+/// with CTranslate2 4.8.5 on an AVX-512 machine). With several query rows (the encoder)
+/// each dot is a sequential chain of FMAs over the head dimension. With one query row (a
+/// decoder step) and 64-wide heads, MKL's matrix-vector path runs keys by groups of 4 with
+/// 16 lanes (`single_query_dot`), and the last `padded % 4` keys with another 16-lane order
 /// (`single_query_dot_rest`). `padded` is the key count of CTranslate2's product (the
 /// batch's padded source length in cross-attention), which decides where the groups end.
+/// Each score depends on its own key only: the keys go block by block, all heads of a
+/// block at once (its rows are read once, in order).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn key_scores(
-    q: &[f32],
+    query: &[f32],
     keys: &KvView,
-    h: usize,
+    len: usize,
+    num_heads: usize,
     head_dim: usize,
     scale: f32,
     single_query: bool,
     padded: usize,
     scores: &mut [f32],
 ) {
-    let len = scores.len();
     if single_query && head_dim == 64 {
         let grouped = padded / 4 * 4;
-        // Asked once per head, not per block.
         #[cfg(target_arch = "x86_64")]
         let avx512 = isa::current().float_level() == isa::FloatLevel::Avx512;
         for (first, count, keys) in keys.blocks(len) {
-            for (i, s) in scores[first..first + count].iter_mut().enumerate() {
-                let (j, k) = (first + i, keys.head(i, h, head_dim));
-                *s = if j < grouped {
-                    #[cfg(target_arch = "x86_64")]
-                    if avx512 {
-                        // SAFETY: the level is supported (isa::current); both slices hold 64 values.
-                        *s = unsafe { x86::single_query_dot_avx512(&q[..64], &k[..64]) } * scale;
-                        continue;
-                    }
-                    single_query_dot(q, k)
-                } else {
-                    single_query_dot_rest(q, k, j % 2 == 0)
-                } * scale;
+            for (h, q) in query.chunks_exact(64).take(num_heads).enumerate() {
+                for (i, s) in scores[h * len + first..][..count].iter_mut().enumerate() {
+                    let (j, k) = (first + i, keys.head(i, h, head_dim));
+                    *s = if j < grouped {
+                        #[cfg(target_arch = "x86_64")]
+                        if avx512 {
+                            // SAFETY: the level is supported (isa::current); both slices hold 64 values.
+                            *s = unsafe { x86::single_query_dot_avx512(&q[..64], &k[..64]) } * scale;
+                            continue;
+                        }
+                        single_query_dot(q, k)
+                    } else {
+                        single_query_dot_rest(q, k, j % 2 == 0)
+                    } * scale;
+                }
             }
         }
         return;
     }
     for (first, count, keys) in keys.groups(len) {
-        let scores = &mut scores[first..first + count];
-        if count == 8 {
-            // The eight dots side by side: independent chains instead of one long dependent one.
-            let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(l, h, head_dim));
-            let mut acc = [0.0f32; 8];
-            for (p, &qp) in q.iter().enumerate() {
-                for l in 0..8 {
-                    acc[l] = qp.mul_add(k[l][p], acc[l]);
+        for (h, q) in query.chunks_exact(head_dim).take(num_heads).enumerate() {
+            let scores = &mut scores[h * len + first..][..count];
+            if count == 8 {
+                // The eight dots side by side: independent chains instead of one long dependent one.
+                let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(l, h, head_dim));
+                let mut acc = [0.0f32; 8];
+                for (p, &qp) in q.iter().enumerate() {
+                    for l in 0..8 {
+                        acc[l] = qp.mul_add(k[l][p], acc[l]);
+                    }
                 }
+                for l in 0..8 {
+                    scores[l] = acc[l] * scale;
+                }
+                continue;
             }
-            for l in 0..8 {
-                scores[l] = acc[l] * scale;
+            for (i, s) in scores.iter_mut().enumerate() {
+                let k = keys.head(i, h, head_dim);
+                *s = q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| a.mul_add(b, acc)) * scale;
             }
-            continue;
-        }
-        for (i, s) in scores.iter_mut().enumerate() {
-            let k = keys.head(i, h, head_dim);
-            *s = q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| a.mul_add(b, acc)) * scale;
         }
     }
 }
@@ -271,9 +276,8 @@ impl<'a> Eight<'a> {
 /// `j & (2^shift - 1)` of `blocks[j >> shift]`, at `stride` and `offset`. A contiguous
 /// sequence is one block ([`KvView::contiguous`]); the decoder's paged cache hands a row's
 /// blocks ([`KvView::paged`]). The kernels walk the keys block by block, or in aligned
-/// groups of 8 ([`Eight`]) where they take 8 at once, finding each block once, and read
-/// every key and value in the same order wherever it is stored: the layout changes no
-/// result.
+/// groups of 8 ([`Eight`]) where they take 8 at once, and read every key and value in the
+/// same order wherever it is stored: the layout changes no result.
 #[derive(Clone, Copy)]
 pub struct KvView<'a> {
     blocks: &'a [&'a [f32]],
@@ -399,23 +403,37 @@ fn attend_row_generic(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    scores.resize(len, 0.0);
-    for h in 0..num_heads {
-        let q = &query[h * head_dim..(h + 1) * head_dim];
-        key_scores(q, &keys, h, head_dim, scale, single_query, padded, scores);
-        ops::softmax(scores);
-        let o = &mut out[h * head_dim..(h + 1) * head_dim];
-        if single_query && head_dim == 64 {
-            single_query_values(scores, &values, h, padded, o);
-            continue;
+    // Head h's scores at [h * len..]; each head is normalized on its own.
+    scores.resize(num_heads * len, 0.0);
+    key_scores(query, &keys, len, num_heads, head_dim, scale, single_query, padded, scores);
+    scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
+    let out = &mut out[..num_heads * head_dim];
+    if single_query && head_dim == 64 {
+        // Head by head: each head's sum stays in registers across the keys.
+        for (h, o) in out.chunks_exact_mut(64).enumerate() {
+            single_query_values(&scores[h * len..(h + 1) * len], &values, h, padded, o);
         }
-        // Weighted sum of the values, one FMA per key in key order (MKL's order for the
-        // batched `P·V` with several query rows).
-        o.fill(0.0);
-        for (first, count, values) in values.blocks(scores.len()) {
-            for (i, &p) in scores[first..first + count].iter().enumerate() {
+        return;
+    }
+    // One FMA per key in key order (MKL's order for the batched `P·V` with several query rows).
+    weighted_values::<true>(scores, &values, len, head_dim, out);
+}
+
+/// `out_h = Σ_j scores[h * len + j] · value_j` for every head, each a sequential sum in key
+/// order: of fused multiply-adds (`FUSED`), or of rounded products. The keys go block by
+/// block, all heads of a block at once.
+#[inline(always)]
+fn weighted_values<const FUSED: bool>(scores: &[f32], values: &KvView, len: usize, head_dim: usize, out: &mut [f32]) {
+    out.fill(0.0);
+    for (first, count, values) in values.blocks(len) {
+        for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
+            for (i, &p) in scores[h * len + first..][..count].iter().enumerate() {
                 let v = values.head(i, h, head_dim);
-                o.iter_mut().zip(v).for_each(|(o, v)| *o = p.mul_add(*v, *o));
+                if FUSED {
+                    o.iter_mut().zip(v).for_each(|(o, &v)| *o = p.mul_add(v, *o));
+                } else {
+                    o.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
+                }
             }
         }
     }
@@ -441,26 +459,20 @@ pub fn attend_row_sequential(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    scores.resize(len, 0.0);
-    for h in 0..num_heads {
-        let q = &query[h * head_dim..(h + 1) * head_dim];
-        for (first, count, keys) in keys.groups(len) {
-            group_sequential_scores(q, &keys, first, peeled, h, head_dim, scale, &mut scores[first..first + count]);
-        }
-        ops::softmax(scores);
-        let o = &mut out[h * head_dim..(h + 1) * head_dim];
-        o.fill(0.0);
-        for (first, count, values) in values.blocks(len) {
-            for (i, &p) in scores[first..first + count].iter().enumerate() {
-                let v = values.head(i, h, head_dim);
-                o.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
-            }
+    // Head h's scores at [h * len..], the keys in groups of 8 for all heads at once (each
+    // score depends on its own key only).
+    scores.resize(num_heads * len, 0.0);
+    for (first, count, keys) in keys.groups(len) {
+        for (h, q) in query.chunks_exact(head_dim).take(num_heads).enumerate() {
+            group_sequential_scores(q, &keys, first, peeled, h, head_dim, scale, &mut scores[h * len + first..][..count]);
         }
     }
+    scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
+    weighted_values::<false>(scores, &values, len, head_dim, &mut out[..num_heads * head_dim]);
 }
 
-/// `attend_row_sequential`'s scores for one group of keys, the first of which is key
-/// `first`. A score depends on its own key and index only.
+/// `attend_row_sequential`'s scores for one head and group of keys, the first of which is
+/// key `first`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn group_sequential_scores(q: &[f32], keys: &Eight, first: usize, peeled: usize, h: usize, head_dim: usize, scale: f32, scores: &mut [f32]) {
