@@ -1,67 +1,78 @@
 //! Multi-head attention kernels. The attention runs per query row over that row's own
 //! keys, so no padding or mask is ever materialized (each sequence only sees its real
 //! length); the projections around it are the layers' matrix products.
-use super::isa::dispatch_isa;
+use super::isa::{self, dispatch_isa};
 use super::ops;
 
-/// `scores[j] = scale * dot(q, key_j)` for every key, in the order of MKL's sgemm kernels
-/// for CTranslate2's batched `Q·Kᵀ` (measured against the MKL bundled with CTranslate2
-/// 4.8.5 on an AVX-512 machine). With several query rows (the encoder) each dot is a
-/// sequential chain of FMAs over the head dimension. With one query row (a decoder step)
-/// and 64-wide heads, MKL's matrix-vector path runs keys by groups of 4 with 16 lanes
-/// (`single_query_dot`), and the last `padded % 4` keys with another 16-lane order
+/// `scores[h * len + j] = scale * dot(q_h, key_j)` for every head and key, in the order of
+/// MKL's sgemm kernels for CTranslate2's batched `Q·Kᵀ` (measured against the MKL bundled
+/// with CTranslate2 4.8.5 on an AVX-512 machine). With several query rows (the encoder)
+/// each dot is a sequential chain of FMAs over the head dimension. With one query row (a
+/// decoder step) and 64-wide heads, MKL's matrix-vector path runs keys by groups of 4 with
+/// 16 lanes (`single_query_dot`), and the last `padded % 4` keys with another 16-lane order
 /// (`single_query_dot_rest`). `padded` is the key count of CTranslate2's product (the
 /// batch's padded source length in cross-attention), which decides where the groups end.
+/// Each score depends on its own key only: the keys go block by block, all heads of a
+/// block at once (its rows are read once, in order).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn key_scores(
-    q: &[f32],
+    query: &[f32],
     keys: &KvView,
-    h: usize,
+    len: usize,
+    num_heads: usize,
     head_dim: usize,
     scale: f32,
     single_query: bool,
     padded: usize,
     scores: &mut [f32],
 ) {
-    let len = scores.len();
     if single_query && head_dim == 64 {
         let grouped = padded / 4 * 4;
         #[cfg(target_arch = "x86_64")]
-        let avx512 = crate::backend::cpu::isa::current().float_level() == crate::backend::cpu::isa::FloatLevel::Avx512;
-        for (j, s) in scores.iter_mut().enumerate() {
-            let k = keys.head(j, h, head_dim);
-            *s = if j < grouped {
-                #[cfg(target_arch = "x86_64")]
-                if avx512 {
-                    // SAFETY: the level is supported (isa::current); both slices hold 64 values.
-                    *s = unsafe { x86::single_query_dot_avx512(&q[..64], &k[..64]) } * scale;
-                    continue;
+        let avx512 = isa::current().float_level() == isa::FloatLevel::Avx512;
+        for (first, count, keys) in keys.blocks(len) {
+            for (h, q) in query.chunks_exact(64).take(num_heads).enumerate() {
+                for (i, s) in scores[h * len + first..][..count].iter_mut().enumerate() {
+                    let (j, k) = (first + i, keys.head(i, h, head_dim));
+                    *s = if j < grouped {
+                        #[cfg(target_arch = "x86_64")]
+                        if avx512 {
+                            // SAFETY: the level is supported (isa::current); both slices hold 64 values.
+                            *s = unsafe { x86::single_query_dot_avx512(&q[..64], &k[..64]) } * scale;
+                            continue;
+                        }
+                        single_query_dot(q, k)
+                    } else {
+                        single_query_dot_rest(q, k, j % 2 == 0)
+                    } * scale;
                 }
-                single_query_dot(q, k)
-            } else {
-                single_query_dot_rest(q, k, j % 2 == 0)
-            } * scale;
+            }
         }
         return;
     }
-    let mut j = 0;
-    while j + 8 <= len {
-        let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(j + l, h, head_dim));
-        let mut acc = [0.0f32; 8];
-        for (p, &qp) in q.iter().enumerate() {
-            for l in 0..8 {
-                acc[l] = qp.mul_add(k[l][p], acc[l]);
+    for (first, count, keys) in keys.groups(len) {
+        for (h, q) in query.chunks_exact(head_dim).take(num_heads).enumerate() {
+            let scores = &mut scores[h * len + first..][..count];
+            if count == 8 {
+                // The eight dots side by side: independent chains instead of one long dependent one.
+                let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(l, h, head_dim));
+                let mut acc = [0.0f32; 8];
+                for (p, &qp) in q.iter().enumerate() {
+                    for l in 0..8 {
+                        acc[l] = qp.mul_add(k[l][p], acc[l]);
+                    }
+                }
+                for l in 0..8 {
+                    scores[l] = acc[l] * scale;
+                }
+                continue;
+            }
+            for (i, s) in scores.iter_mut().enumerate() {
+                let k = keys.head(i, h, head_dim);
+                *s = q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| a.mul_add(b, acc)) * scale;
             }
         }
-        for l in 0..8 {
-            scores[j + l] = acc[l] * scale;
-        }
-        j += 8;
-    }
-    for (jj, s) in scores.iter_mut().enumerate().skip(j) {
-        let k = keys.head(jj, h, head_dim);
-        *s = q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| a.mul_add(b, acc)) * scale;
     }
 }
 
@@ -155,11 +166,19 @@ fn single_query_dot_rest(q: &[f32], k: &[f32], even: bool) -> f32 {
 #[inline(always)]
 fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, o: &mut [f32]) {
     // Plain inline functions rather than closures: closures would not inherit the target
-    // features of the dispatch_isa! copy (calling the software fmaf).
+    // features of the dispatch_isa! copy (calling the software fmaf). They take the keys
+    // of one group of 8 (`eight`).
     const D: usize = 64;
+    /// The probabilities and values of keys `b..b + 8` (`b` a multiple of 8); the keys
+    /// past `probs` are padding.
+    #[inline(always)]
+    fn eight<'a>(probs: &'a [f32], values: &KvView<'a>, b: usize) -> (&'a [f32], Eight<'a>) {
+        let len = probs.len();
+        (&probs[b.min(len)..(b + 8).min(len)], values.eight(b))
+    }
     /// acc += p[i] · v[i] (fused); nothing for a padding key.
     #[inline(always)]
-    fn fuse(probs: &[f32], values: &KvView, h: usize, i: usize, acc: &mut [f32; D]) {
+    fn fuse(probs: &[f32], values: &Eight, h: usize, i: usize, acc: &mut [f32; D]) {
         if i < probs.len() {
             let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
             for c in 0..D {
@@ -169,7 +188,7 @@ fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, 
     }
     /// p[i] · v[i] rounded (zero for a padding key).
     #[inline(always)]
-    fn product(probs: &[f32], values: &KvView, h: usize, i: usize) -> [f32; D] {
+    fn product(probs: &[f32], values: &Eight, h: usize, i: usize) -> [f32; D] {
         let mut out = [0.0; D];
         if i < probs.len() {
             let (p, v) = (probs[i], &values.head(i, h, D)[..D]);
@@ -186,7 +205,7 @@ fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, 
         }
     }
     #[inline(always)]
-    fn group(probs: &[f32], values: &KvView, h: usize, b: usize) -> [f32; D] {
+    fn group(probs: &[f32], values: &Eight, h: usize, b: usize) -> [f32; D] {
         let mut even = product(probs, values, h, b + 2);
         fuse(probs, values, h, b, &mut even);
         let mut odd = product(probs, values, h, b + 3);
@@ -196,42 +215,122 @@ fn single_query_values(probs: &[f32], values: &KvView, h: usize, padded: usize, 
     }
     let len = probs.len();
     let o: &mut [f32; D] = (&mut o[..D]).try_into().unwrap();
+    let (p, rows) = eight(probs, values, 0);
     if padded < 8 {
         o.fill(0.0);
         for i in 0..len {
-            fuse(probs, values, h, i, o);
+            fuse(p, &rows, h, i, o);
         }
         return;
     }
-    *o = group(probs, values, h, 0);
-    add(o, &group(probs, values, h, 4));
+    *o = group(p, &rows, h, 0);
+    add(o, &group(p, &rows, h, 4));
     let blocks = padded / 8;
     for b in (8..blocks * 8).step_by(8) {
-        fuse(probs, values, h, b + 6, o);
-        fuse(probs, values, h, b + 4, o);
-        let mut pair = product(probs, values, h, b + 7);
-        fuse(probs, values, h, b + 5, &mut pair);
+        let (p, rows) = eight(probs, values, b);
+        fuse(p, &rows, h, 6, o);
+        fuse(p, &rows, h, 4, o);
+        let mut pair = product(p, &rows, h, 7);
+        fuse(p, &rows, h, 5, &mut pair);
         add(o, &pair);
-        add(o, &group(probs, values, h, b));
+        add(o, &group(p, &rows, h, 0));
     }
-    for i in blocks * 8..len {
-        fuse(probs, values, h, i, o);
+    let (p, rows) = eight(probs, values, blocks * 8);
+    for i in 0..len.saturating_sub(blocks * 8) {
+        fuse(p, &rows, h, i, o);
     }
 }
 
-/// Keys or values of one sequence: row `j`, head `h` is `data[j * stride + offset + h * head_dim ..]`.
+/// Keys or values at a fixed stride: row `j`, head `h` is `data[j * stride + offset + h * head_dim ..]`.
 #[derive(Clone, Copy)]
-pub struct KvView<'a> {
-    pub data: &'a [f32],
-    pub stride: usize,
-    pub offset: usize,
+struct Rows<'a> {
+    data: &'a [f32],
+    stride: usize,
+    offset: usize,
 }
 
-impl KvView<'_> {
-    #[inline]
-    fn head(&self, j: usize, h: usize, head_dim: usize) -> &[f32] {
+impl<'a> Rows<'a> {
+    #[inline(always)]
+    fn head(&self, j: usize, h: usize, head_dim: usize) -> &'a [f32] {
         let start = j * self.stride + self.offset + h * head_dim;
         &self.data[start..start + head_dim]
+    }
+}
+
+/// Keys or values `b..b + 8` of a [`KvView`] (`b` a multiple of 8), as two halves of 4
+/// rows, each within one block.
+#[derive(Clone, Copy)]
+struct Eight<'a> {
+    halves: [Rows<'a>; 2],
+}
+
+impl<'a> Eight<'a> {
+    /// Row `b + i` (`i < 8`), head `h`.
+    #[inline(always)]
+    fn head(&self, i: usize, h: usize, head_dim: usize) -> &'a [f32] {
+        self.halves[i / 4].head(i % 4, h, head_dim)
+    }
+}
+
+/// Keys or values of one sequence, stored in blocks of `2^shift` rows: row `j` is row
+/// `j & (2^shift - 1)` of `blocks[j >> shift]`, at `stride` and `offset`. A contiguous
+/// sequence is one block ([`KvView::contiguous`]); the decoder's paged cache hands a row's
+/// blocks ([`KvView::paged`]). The kernels walk the keys block by block, or in aligned
+/// groups of 8 ([`Eight`]) where they take 8 at once, and read every key and value in the
+/// same order wherever it is stored: the layout changes no result.
+#[derive(Clone, Copy)]
+pub struct KvView<'a> {
+    blocks: &'a [&'a [f32]],
+    shift: u32,
+    stride: usize,
+    offset: usize,
+}
+
+impl<'a> KvView<'a> {
+    /// Row `j` at `data[j * stride + offset ..]`.
+    pub fn contiguous(data: &'a &'a [f32], stride: usize, offset: usize) -> KvView<'a> {
+        // One block no row index reaches the end of: `j >> shift` is always 0.
+        KvView { blocks: std::slice::from_ref(data), shift: usize::BITS - 1, stride, offset }
+    }
+
+    /// Row `j` in `blocks[j >> shift]`, at `(j & (2^shift - 1)) * stride + offset`. Blocks
+    /// hold at least 4 rows, so that each half of a group of 8 lies in one.
+    pub fn paged(blocks: &'a [&'a [f32]], shift: u32, stride: usize, offset: usize) -> KvView<'a> {
+        assert!((2..usize::BITS).contains(&shift), "blocks of at least 4 rows");
+        KvView { blocks, shift, stride, offset }
+    }
+
+    /// The rows from row `j` to the end of its block (none past the stored rows).
+    #[inline(always)]
+    fn rows_from(&self, j: usize) -> Rows<'a> {
+        let within = j & ((1 << self.shift) - 1);
+        let data = self.blocks.get(j >> self.shift).and_then(|b| b.get(within * self.stride..)).unwrap_or(&[]);
+        Rows { data, stride: self.stride, offset: self.offset }
+    }
+
+    /// Rows `b..b + 8` (`b` a multiple of 8).
+    #[inline(always)]
+    fn eight(&self, b: usize) -> Eight<'a> {
+        Eight { halves: [self.rows_from(b), self.rows_from(b + 4)] }
+    }
+
+    /// Rows `0..len` block by block: (first row, rows in the block, the block's rows).
+    #[inline(always)]
+    fn blocks(&self, len: usize) -> impl Iterator<Item = (usize, usize, Rows<'a>)> + '_ {
+        let size = 1usize << self.shift;
+        (0..len).step_by(size).map(move |first| (first, size.min(len - first), self.rows_from(first)))
+    }
+
+    /// Rows `0..len` in groups of 8: (first row, rows in the group, the group).
+    #[inline(always)]
+    fn groups(&self, len: usize) -> impl Iterator<Item = (usize, usize, Eight<'a>)> + '_ {
+        (0..len).step_by(8).map(move |b| (b, 8.min(len - b), self.eight(b)))
+    }
+
+    /// Row `j`, head `h`: for tests; the kernels go by groups.
+    #[cfg(test)]
+    pub(crate) fn head(&self, j: usize, h: usize, head_dim: usize) -> &'a [f32] {
+        self.rows_from(j).head(0, h, head_dim)
     }
 }
 
@@ -304,22 +403,38 @@ fn attend_row_generic(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    scores.resize(len, 0.0);
-    for h in 0..num_heads {
-        let q = &query[h * head_dim..(h + 1) * head_dim];
-        key_scores(q, &keys, h, head_dim, scale, single_query, padded, scores);
-        ops::softmax(scores);
-        let o = &mut out[h * head_dim..(h + 1) * head_dim];
-        if single_query && head_dim == 64 {
-            single_query_values(scores, &values, h, padded, o);
-            continue;
+    // Head h's scores at [h * len..]; each head is normalized on its own.
+    scores.resize(num_heads * len, 0.0);
+    key_scores(query, &keys, len, num_heads, head_dim, scale, single_query, padded, scores);
+    scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
+    let out = &mut out[..num_heads * head_dim];
+    if single_query && head_dim == 64 {
+        // Head by head: each head's sum stays in registers across the keys.
+        for (h, o) in out.chunks_exact_mut(64).enumerate() {
+            single_query_values(&scores[h * len..(h + 1) * len], &values, h, padded, o);
         }
-        // Weighted sum of the values, one FMA per key in key order (MKL's order for the
-        // batched `P·V` with several query rows).
-        o.fill(0.0);
-        for (j, &p) in scores.iter().enumerate() {
-            let v = values.head(j, h, head_dim);
-            o.iter_mut().zip(v).for_each(|(o, v)| *o = p.mul_add(*v, *o));
+        return;
+    }
+    // One FMA per key in key order (MKL's order for the batched `P·V` with several query rows).
+    weighted_values::<true>(scores, &values, len, head_dim, out);
+}
+
+/// `out_h = Σ_j scores[h * len + j] · value_j` for every head, each a sequential sum in key
+/// order: of fused multiply-adds (`FUSED`), or of rounded products. The keys go block by
+/// block, all heads of a block at once.
+#[inline(always)]
+fn weighted_values<const FUSED: bool>(scores: &[f32], values: &KvView, len: usize, head_dim: usize, out: &mut [f32]) {
+    out.fill(0.0);
+    for (first, count, values) in values.blocks(len) {
+        for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
+            for (i, &p) in scores[h * len + first..][..count].iter().enumerate() {
+                let v = values.head(i, h, head_dim);
+                if FUSED {
+                    o.iter_mut().zip(v).for_each(|(o, &v)| *o = p.mul_add(v, *o));
+                } else {
+                    o.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
+                }
+            }
         }
     }
 }
@@ -344,49 +459,55 @@ pub fn attend_row_sequential(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    scores.resize(len, 0.0);
-    for h in 0..num_heads {
-        let q = &query[h * head_dim..(h + 1) * head_dim];
-        // Eight keys at a time, each still summed in its own sequential order: eight
+    // Head h's scores at [h * len..], the keys in groups of 8 for all heads at once (each
+    // score depends on its own key only).
+    scores.resize(num_heads * len, 0.0);
+    for (first, count, keys) in keys.groups(len) {
+        for (h, q) in query.chunks_exact(head_dim).take(num_heads).enumerate() {
+            group_sequential_scores(q, &keys, first, peeled, h, head_dim, scale, &mut scores[h * len + first..][..count]);
+        }
+    }
+    scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
+    weighted_values::<false>(scores, &values, len, head_dim, &mut out[..num_heads * head_dim]);
+}
+
+/// `attend_row_sequential`'s scores for one head and group of keys, the first of which is
+/// key `first`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn group_sequential_scores(q: &[f32], keys: &Eight, first: usize, peeled: usize, h: usize, head_dim: usize, scale: f32, scores: &mut [f32]) {
+    if scores.len() == 8 && first + 8 <= peeled {
+        // The eight dots side by side, each still summed in its own sequential order:
         // independent chains instead of one long dependent one.
-        let grouped = len.min(peeled) / 8 * 8;
-        for j in (0..grouped).step_by(8) {
-            let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(j + l, h, head_dim));
-            let mut acc = [0.0f32; 8];
-            for (p, &qp) in q.iter().enumerate() {
-                for l in 0..8 {
-                    acc[l] += qp * k[l][p];
-                }
-            }
+        let k: [&[f32]; 8] = std::array::from_fn(|l| keys.head(l, h, head_dim));
+        let mut acc = [0.0f32; 8];
+        for (p, &qp) in q.iter().enumerate() {
             for l in 0..8 {
-                scores[j + l] = acc[l] * scale;
+                acc[l] += qp * k[l][p];
             }
         }
-        for (j, s) in scores.iter_mut().enumerate().skip(grouped) {
-            let k = keys.head(j, h, head_dim);
-            let dot = if j >= peeled {
-                let whole = head_dim / 4 * 4;
-                let mut partial = [0.0f32; 4];
-                for (i, (&a, &b)) in q[..whole].iter().zip(&k[..whole]).enumerate() {
-                    partial[i % 4] += a * b;
-                }
-                let mut sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
-                for (&a, &b) in q[whole..].iter().zip(&k[whole..head_dim]) {
-                    sum += a * b;
-                }
-                sum
-            } else {
-                q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| acc + a * b)
-            };
-            *s = dot * scale;
+        for l in 0..8 {
+            scores[l] = acc[l] * scale;
         }
-        ops::softmax(scores);
-        let o = &mut out[h * head_dim..(h + 1) * head_dim];
-        o.fill(0.0);
-        for (j, &p) in scores.iter().enumerate() {
-            let v = values.head(j, h, head_dim);
-            o.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
-        }
+        return;
+    }
+    for (i, s) in scores.iter_mut().enumerate() {
+        let k = keys.head(i, h, head_dim);
+        let dot = if first + i >= peeled {
+            let whole = head_dim / 4 * 4;
+            let mut partial = [0.0f32; 4];
+            for (i, (&a, &b)) in q[..whole].iter().zip(&k[..whole]).enumerate() {
+                partial[i % 4] += a * b;
+            }
+            let mut sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+            for (&a, &b) in q[whole..].iter().zip(&k[whole..head_dim]) {
+                sum += a * b;
+            }
+            sum
+        } else {
+            q.iter().zip(k).fold(0.0f32, |acc, (&a, &b)| acc + a * b)
+        };
+        *s = dot * scale;
     }
 }
 
@@ -420,6 +541,42 @@ mod tests {
         }
     }
 
+    /// Keys and values read from blocks (the decoder's paged cache) give the same bits as
+    /// from one contiguous sequence, on every ISA and in every kernel.
+    #[test]
+    fn paged_views_read_what_contiguous_ones_do() {
+        let (heads, d) = (2, 64);
+        let width = 2 * heads * d;
+        for shift in [2, 3, 4, 5] {
+            for len in [1, 5, 8, 9, 16, 17, 31, 40] {
+                let q = values(len as u32, heads * d);
+                let kv = values(300 + len as u32, len * width);
+                let owned: Vec<Vec<f32>> = kv.chunks(width << shift).map(|b| b.to_vec()).collect();
+                let blocks: Vec<&[f32]> = owned.iter().map(|b| &b[..]).collect();
+                let kv = &kv[..];
+                let contiguous = (KvView::contiguous(&kv, width, 0), KvView::contiguous(&kv, width, heads * d));
+                let paged = (KvView::paged(&blocks, shift, width, 0), KvView::paged(&blocks, shift, width, heads * d));
+                let run = |level, (keys, vals): (KvView, KvView), kernel: usize| {
+                    let mut out = vec![0.0f32; heads * d];
+                    let scores = &mut Vec::new();
+                    isa::with_isa(level, || match kernel {
+                        0 => attend_row(&q, keys, vals, len, heads, d, 0.125, true, scores, &mut out),
+                        1 => attend_row(&q, keys, vals, len, heads, d, 0.125, false, scores, &mut out),
+                        2 => attend_row_padded(&q, keys, vals, len, len + 11, heads, d, 0.125, true, scores, &mut out),
+                        _ => attend_row_sequential(&q, keys, vals, len, len / 4 * 4, heads, d, 0.125, scores, &mut out),
+                    });
+                    out
+                };
+                for level in isa::available() {
+                    for kernel in 0..4 {
+                        let (a, b) = (run(level, contiguous, kernel), run(level, paged, kernel));
+                        assert!(a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()), "{level:?} shift {shift} len {len} kernel {kernel}");
+                    }
+                }
+            }
+        }
+    }
+
     /// Decoder-step attention with 64-wide heads (the MKL-order paths) on every ISA.
     #[test]
     fn single_query_attention_is_identical_on_every_isa() {
@@ -427,8 +584,9 @@ mod tests {
         for len in [1, 3, 7, 8, 9, 13, 16, 21, 40] {
             let q = values(len as u32, heads * d);
             let kv = values(100 + len as u32, len * 2 * heads * d);
-            let keys = KvView { data: &kv, stride: 2 * heads * d, offset: 0 };
-            let vals = KvView { data: &kv, stride: 2 * heads * d, offset: heads * d };
+            let kv = &kv[..];
+            let keys = KvView::contiguous(&kv, 2 * heads * d, 0);
+            let vals = KvView::contiguous(&kv, 2 * heads * d, heads * d);
             let run = |level| {
                 let mut out = vec![0.0f32; heads * d];
                 isa::with_isa(level, || {

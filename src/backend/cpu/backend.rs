@@ -8,6 +8,7 @@ use super::attention::{attend_row, attend_row_padded, attend_row_sequential, KvV
 use super::int16::PackedI16Matrix;
 use super::int8::PackedI8Matrix;
 use super::isa;
+use super::kv_cache::CpuKvCache;
 use super::ops;
 use super::packed::PackedMatrix;
 use super::weight::PackedWeight;
@@ -20,13 +21,6 @@ use crate::tensor::Tensor;
 /// The CPU backend. It holds nothing: kernels are chosen per call from `isa::current()`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CpuBackend;
-
-/// Self-attention keys and values of one decoder layer: per row, `[steps, d]` each.
-#[derive(Default)]
-pub struct CpuKvCache {
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
-}
 
 /// Resizes a product's output to `len` without zeroing what is kept: every element is
 /// overwritten, and zeroing the 65k-wide logits of every step would cost as much as
@@ -42,43 +36,6 @@ fn resize_output(out: &mut Vec<f32>, len: usize) {
 fn zeroed(out: &mut Vec<f32>, len: usize) {
     out.clear();
     out.resize(len, 0.0);
-}
-
-/// Appends one step's keys or values to a row's history, growing it by a quarter (at least
-/// 16 steps) rather than doubling: the caches are most of a translation's memory, and a
-/// doubled history is half empty on average.
-fn append_step(history: &mut Vec<f32>, step: &[f32]) {
-    if history.len() + step.len() > history.capacity() {
-        history.reserve_exact((history.len() / 4).max(16 * step.len()));
-    }
-    history.extend_from_slice(step);
-}
-
-/// Keeps `rows[sources[i]]` as row `i`. A source row used once is moved, not copied; the
-/// buffers of rows nobody continues are refilled with the copies, which spares an
-/// allocation (and its fresh, zeroed pages) per copied row.
-fn reorder_histories(rows: &mut Vec<Vec<f32>>, sources: &[usize]) {
-    let mut uses = vec![0usize; rows.len()];
-    sources.iter().for_each(|&s| uses[s] += 1);
-    let mut old = std::mem::take(rows);
-    let mut spare: Vec<Vec<f32>> = old.iter_mut().zip(&uses).filter(|(_, &u)| u == 0).map(|(v, _)| std::mem::take(v)).collect();
-    *rows = sources
-        .iter()
-        .map(|&s| {
-            uses[s] -= 1;
-            if uses[s] == 0 {
-                return std::mem::take(&mut old[s]);
-            }
-            let mut copy = spare.pop().unwrap_or_default();
-            copy.clear();
-            // Room for a few coming steps, so the next append does not copy the whole
-            // history a second time. Sized from the length, never from a capacity:
-            // capacities passed from row to row would compound.
-            copy.reserve_exact(old[s].len() * 5 / 4 + 64);
-            copy.extend_from_slice(&old[s]);
-            copy
-        })
-        .collect();
 }
 
 impl Backend for CpuBackend {
@@ -191,8 +148,8 @@ impl Backend for CpuBackend {
         let whole = layout.lengths.iter().copied().max().unwrap_or(0) / 4 * 4;
         for (&off, &len) in layout.offsets.iter().zip(&layout.lengths) {
             let seq = &qkv[off * 3 * d..(off + len) * 3 * d];
-            let keys = KvView { data: seq, stride: 3 * d, offset: d };
-            let values = KvView { data: seq, stride: 3 * d, offset: 2 * d };
+            let keys = KvView::contiguous(&seq, 3 * d, d);
+            let values = KvView::contiguous(&seq, 3 * d, 2 * d);
             for t in 0..len {
                 let q = &seq[t * 3 * d..t * 3 * d + d];
                 let o = &mut out[(off + t) * d..(off + t + 1) * d];
@@ -208,38 +165,33 @@ impl Backend for CpuBackend {
     }
 
     fn new_kv_cache(&self, rows: usize) -> CpuKvCache {
-        CpuKvCache { keys: vec![Vec::new(); rows], values: vec![Vec::new(); rows] }
+        CpuKvCache::new(rows)
     }
 
     fn cached_attention(&self, qkv: &Vec<f32>, cache: &mut CpuKvCache, shape: AttentionShape, out: &mut Vec<f32>) {
         let AttentionShape { num_heads: heads, dim: d, order } = shape;
         let head_dim = d / heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
-        let rows = cache.keys.len();
+        let rows = cache.num_rows();
+        for (r, row) in qkv.chunks_exact(3 * d).take(rows).enumerate() {
+            cache.append(r, &row[d..]);
+        }
         zeroed(out, rows * d);
-        let mut scores = Vec::new();
-        for r in 0..rows {
-            let row = &qkv[r * 3 * d..(r + 1) * 3 * d];
-            let keys = &mut cache.keys[r];
-            append_step(keys, &row[d..2 * d]);
-            let values = &mut cache.values[r];
-            append_step(values, &row[2 * d..]);
-            let len = keys.len() / d;
-            let kv = |data| KvView { data, stride: d, offset: 0 };
-            let o = &mut out[r * d..(r + 1) * d];
+        let cache = &*cache;
+        let (mut scores, mut blocks) = (Vec::new(), Vec::new());
+        for (r, (row, o)) in qkv.chunks_exact(3 * d).zip(out.chunks_exact_mut(d)).enumerate() {
+            cache.blocks(r, &mut blocks);
+            let (q, keys, values, len) = (&row[..d], cache.keys(&blocks), cache.values(&blocks), cache.len(r));
             match order {
                 // One query row per product: no peeled keys.
-                FloatOrder::Marian => {
-                    attend_row_sequential(&row[..d], kv(keys), kv(values), len, usize::MAX, heads, head_dim, scale, &mut scores, o)
-                }
-                FloatOrder::Ctranslate2 => attend_row(&row[..d], kv(keys), kv(values), len, heads, head_dim, scale, true, &mut scores, o),
+                FloatOrder::Marian => attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scores, o),
+                FloatOrder::Ctranslate2 => attend_row(q, keys, values, len, heads, head_dim, scale, true, &mut scores, o),
             }
         }
     }
 
     fn reorder_kv_cache(&self, cache: &mut CpuKvCache, sources: &[usize]) {
-        reorder_histories(&mut cache.keys, sources);
-        reorder_histories(&mut cache.values, sources);
+        cache.reorder(sources);
     }
 
     fn memory_attention(
@@ -266,7 +218,7 @@ impl Backend for CpuBackend {
         for (r, &ex) in row_example.iter().enumerate() {
             let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
             let mem = &memory_kv[off * 2 * d..(off + len) * 2 * d];
-            let (keys, values) = (KvView { data: mem, stride: 2 * d, offset: 0 }, KvView { data: mem, stride: 2 * d, offset: d });
+            let (keys, values) = (KvView::contiguous(&mem, 2 * d, 0), KvView::contiguous(&mem, 2 * d, d));
             let q = &query[r * d..(r + 1) * d];
             let o = &mut out[r * d..(r + 1) * d];
             match order {
