@@ -455,6 +455,18 @@ def _declare(lib):
     fn("tolk_job_result", _Status, _JobP, ctypes.POINTER(_ResultP))
     fn("tolk_job_text_result", _Status, _JobP, ctypes.POINTER(_TextResultP))
     fn("tolk_job_free", None, _JobP)
+
+    fn("tolk_stream_options_default", TolkStreamOptions)
+    fn(
+        "tolk_translate_file",
+        _Status,
+        _TranslatorP,
+        ctypes.c_char_p,  # input path (NULL or "-": standard input)
+        ctypes.c_char_p,  # output path (NULL or "-": standard output)
+        ctypes.POINTER(TolkTranslateOptions),
+        ctypes.POINTER(TolkTextOptions),
+        ctypes.POINTER(TolkStreamOptions),
+    )
     return lib
 
 
@@ -1326,6 +1338,19 @@ class Translator:
 
         return Job(self._lib, out, keep, read, streams)
 
+    def _text_options(self, split, max_sentence_tokens):
+        """Checks and converts the text arguments into a TolkTextOptions."""
+        if split not in SPLIT_MODES:
+            raise ValueError(
+                "split must be one of %s, got %r" % (", ".join(repr(k) for k in SPLIT_MODES), split)
+            )
+        if int(max_sentence_tokens) < 0:
+            raise ValueError("max_sentence_tokens must be >= 0, got %r" % (max_sentence_tokens,))
+        text_opts = self._lib.tolk_text_options_default()
+        text_opts.split_mode = SPLIT_MODES[split]
+        text_opts.max_sentence_tokens = int(max_sentence_tokens)
+        return text_opts
+
     def _text_arguments(self, text, progress, on_token, beam_size=None, patience=1.0,
                         length_penalty=None, return_scores=False, max_input_length=1024,
                         max_decoding_length=256, min_decoding_length=None, end_token=None,
@@ -1345,12 +1370,7 @@ class Translator:
             for i, t in enumerate(texts):
                 if not isinstance(t, str):
                     raise TypeError("text[%d] must be a str, got %r" % (i, type(t).__name__))
-        if split not in SPLIT_MODES:
-            raise ValueError(
-                "split must be one of %s, got %r" % (", ".join(repr(k) for k in SPLIT_MODES), split)
-            )
-        if int(max_sentence_tokens) < 0:
-            raise ValueError("max_sentence_tokens must be >= 0, got %r" % (max_sentence_tokens,))
+        text_opts = self._text_options(split, max_sentence_tokens)
 
         keep = []
         opts = self._translate_options(
@@ -1372,9 +1392,6 @@ class Translator:
             use_vmap=use_vmap,
         )
         streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
-        text_opts = self._lib.tolk_text_options_default()
-        text_opts.split_mode = SPLIT_MODES[split]
-        text_opts.max_sentence_tokens = int(max_sentence_tokens)
 
         encoded = [t.encode("utf-8") for t in texts]
         n = len(encoded)
@@ -1515,23 +1532,8 @@ class Translator:
         """
         if self.closed:
             raise ValueError("the translator is closed")
-        if split not in SPLIT_MODES:
-            raise ValueError(
-                "split must be one of %s, got %r" % (", ".join(repr(k) for k in SPLIT_MODES), split)
-            )
+        text_opts = self._text_options(split, max_sentence_tokens)
         lib = self._lib
-        # Declared here rather than in _declare: this method is self-contained.
-        lib.tolk_stream_options_default.restype = TolkStreamOptions
-        lib.tolk_stream_options_default.argtypes = []
-        lib.tolk_translate_file.restype = _Status
-        lib.tolk_translate_file.argtypes = [
-            _TranslatorP,
-            ctypes.c_char_p,
-            ctypes.c_char_p,
-            ctypes.POINTER(TolkTranslateOptions),
-            ctypes.POINTER(TolkTextOptions),
-            ctypes.POINTER(TolkStreamOptions),
-        ]
         keep = []
         opts = self._translate_options(
             keep,
@@ -1551,9 +1553,6 @@ class Translator:
             use_shortlist=use_shortlist,
         )
         reporter = _set_progress(opts, progress, keep)
-        text_opts = lib.tolk_text_options_default()
-        text_opts.split_mode = SPLIT_MODES[split]
-        text_opts.max_sentence_tokens = int(max_sentence_tokens)
         stream = lib.tolk_stream_options_default()
         stream.read_batch_size = int(read_batch_size)
         stream.tokens = bool(tokens)

@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::time::Duration;
 
-use super::text::{read_text, read_text_options, TolkTextOptions, TolkTextResult};
+use super::text::{read_text_options, read_texts, TolkTextOptions, TolkTextResult};
 use super::{
     guard, non_null, read_sources, read_translate_options, status_of, Failure, TolkResult, TolkStatus,
     TolkTranslateOptions, TolkTranslator,
@@ -143,13 +143,7 @@ pub unsafe extern "C" fn tolk_translate_text_async(
     guard("tolk_translate_text_async", || {
         let out = clear(out_job)?;
         let translator = &*non_null(translator, "translator")?;
-        let mut batch = Vec::with_capacity(count.min(1 << 16));
-        if count > 0 {
-            non_null(texts, "texts")?;
-            for i in 0..count {
-                batch.push(read_text(texts, text_lengths, i)?);
-            }
-        }
+        let batch = read_texts(texts, text_lengths, count)?;
         let (opts, _progress, tokens) = read_translate_options(translator, options)?;
         let text_options = read_text_options(text_options)?;
         let on_complete = Completion { callback: on_complete, user_data }.into_callback();

@@ -104,8 +104,20 @@ pub(super) unsafe fn read_text_options(options: *const TolkTextOptions) -> Resul
     Ok(TextOptions { split_mode, max_sentence_tokens: o.max_sentence_tokens as usize })
 }
 
+/// Reads the `count` texts of a batch (`texts` may be NULL when `count` is 0).
+pub(super) unsafe fn read_texts<'a>(texts: *const *const c_char, lengths: *const usize, count: usize) -> Result<Vec<&'a str>, Failure> {
+    let mut batch = Vec::with_capacity(count.min(1 << 16));
+    if count > 0 {
+        non_null(texts, "texts")?;
+        for i in 0..count {
+            batch.push(read_text(texts, lengths, i)?);
+        }
+    }
+    Ok(batch)
+}
+
 /// Reads text `i` of a batch: `lengths` NULL means NUL-terminated strings.
-pub(super) unsafe fn read_text<'a>(texts: *const *const c_char, lengths: *const usize, i: usize) -> Result<&'a str, Failure> {
+unsafe fn read_text<'a>(texts: *const *const c_char, lengths: *const usize, i: usize) -> Result<&'a str, Failure> {
     let p = *texts.add(i);
     let bytes = if lengths.is_null() {
         if p.is_null() {
@@ -153,13 +165,7 @@ pub unsafe extern "C" fn tolk_translate_text_batch(
 ) -> TolkStatus {
     guard("tolk_translate_text_batch", || {
         clear(out_result);
-        let mut batch = Vec::with_capacity(count.min(1 << 16));
-        if count > 0 {
-            non_null(texts, "texts")?;
-            for i in 0..count {
-                batch.push(read_text(texts, text_lengths, i)?);
-            }
-        }
+        let batch = read_texts(texts, text_lengths, count)?;
         translate(translator, &batch, options, text_options, out_result)
     })
 }
