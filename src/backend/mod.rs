@@ -170,16 +170,37 @@ impl Default for Ctx {
 pub struct SequenceLayout {
     pub offsets: Vec<usize>,
     pub lengths: Vec<usize>,
+    /// Per sequence, the longest length of the batch it was encoded in: CTranslate2 pads a
+    /// batch's sources to it, which decides the summation order Tolk reproduces. Sequences
+    /// appended from another batch (continuous batching) keep their own batch's value.
+    pub padded: Vec<usize>,
 }
 
 impl SequenceLayout {
     pub fn new(lengths: Vec<usize>) -> SequenceLayout {
         let offsets = lengths.iter().scan(0, |total, &len| Some(std::mem::replace(total, *total + len))).collect();
-        SequenceLayout { offsets, lengths }
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        SequenceLayout { offsets, padded: vec![longest; lengths.len()], lengths }
     }
 
     pub fn total_rows(&self) -> usize {
         self.lengths.iter().sum()
+    }
+
+    /// The layout of sequences `kept` (in that order) alone, and the rows they hold here.
+    pub fn select(&self, kept: &[usize]) -> (SequenceLayout, Vec<usize>) {
+        let rows = kept.iter().flat_map(|&e| self.offsets[e]..self.offsets[e] + self.lengths[e]).collect();
+        let mut layout = SequenceLayout::new(kept.iter().map(|&e| self.lengths[e]).collect());
+        layout.padded = kept.iter().map(|&e| self.padded[e]).collect();
+        (layout, rows)
+    }
+
+    /// Appends the sequences of `other` (their rows follow this layout's rows).
+    pub fn append(&mut self, other: SequenceLayout) {
+        let base = self.total_rows();
+        self.offsets.extend(other.offsets.iter().map(|o| o + base));
+        self.lengths.extend(other.lengths);
+        self.padded.extend(other.padded);
     }
 }
 
@@ -256,6 +277,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn cached_attention(&self, qkv: &Self::Buffer, cache: &mut Self::KvCache, shape: AttentionShape, out: &mut Self::Buffer);
     /// Keeps cache rows `sources[i]` as row `i`.
     fn reorder_kv_cache(&self, cache: &mut Self::KvCache, sources: &[usize]);
+    /// Frees what the cache keeps for reuse but no row holds.
+    fn shrink_kv_cache(&self, _cache: &mut Self::KvCache) {}
     /// One decoder step of encoder-decoder attention: row `r` attends with `query[r]`
     /// over the memory keys/values (fused `[k | v]` rows) of example `row_example[r]`.
     #[allow(clippy::too_many_arguments)]
@@ -277,6 +300,25 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn gate(&self, y: &mut Self::Buffer, x: &Self::Buffer, input_gate: &Self::Buffer, forget_gate: &Self::Buffer);
     /// Keeps rows `sources[i]` (width `dim`) as row `i`.
     fn reorder_rows(&self, x: &mut Self::Buffer, dim: usize, sources: &[usize]);
+
+    /// Whether `append_rows` and `append_kv_cache` work here: a decoding can then take in
+    /// new sentences while others are still being decoded (continuous batching).
+    fn can_append_rows(&self) -> bool {
+        false
+    }
+    /// Appends the rows of `src` after those of `dst` (only where `can_append_rows`).
+    fn append_rows(&self, _dst: &mut Self::Buffer, _src: Self::Buffer) {
+        unreachable!("append_rows is only called where can_append_rows")
+    }
+    /// Sets rows `rows` of `x` (width `dim`) to zero (only where `can_append_rows`: rows
+    /// that joined a decoding later start from a zero embedding on their own first step).
+    fn zero_rows(&self, _x: &mut Self::Buffer, _dim: usize, _rows: &[usize]) {
+        unreachable!("zero_rows is only called where can_append_rows")
+    }
+    /// Appends the rows of cache `src` after those of `dst` (only where `can_append_rows`).
+    fn append_kv_cache(&self, _dst: &mut Self::KvCache, _src: Self::KvCache) {
+        unreachable!("append_kv_cache is only called where can_append_rows")
+    }
 
     /// Hands the logits over to the host (decoding runs there).
     fn logits_to_host(&self, logits: &mut Self::Buffer, host: &mut Vec<f32>);

@@ -1,9 +1,31 @@
 //! Greedy search: the arg-max token at each step. The log-probability of the chosen token
 //! is only computed when scores are requested (the arg-max of the logits is the same).
+//!
+//! A search can take in more examples while it runs (continuous batching, see
+//! [`ContinuousSearch`]): rows finish at different steps, and a batch decoded alone ends
+//! with a few long hypotheses stepping through the whole model for one or two rows each.
+//! Every example keeps its own step count, parameters and results, so each is decoded
+//! exactly as it would be on its own.
 use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchObserver, SearchParams, StartTokens};
 use crate::backend::cpu::ops;
 use crate::backend::Ctx;
 
+/// What feeds a continuous greedy search and takes its results. Examples are numbered in
+/// the order they joined: the first group's from 0, each later group's after those of the
+/// groups before it (the numbers `token` reports).
+pub trait ContinuousSearch: SearchObserver {
+    /// Asked before each step with the number of rows still decoding: may append the next
+    /// group's sources to `decoder` (`DecoderSession::append_sources`) and return their
+    /// start tokens and parameters. The groups must share the end and disabled ids.
+    fn next_group(&mut self, _ctx: &Ctx, _decoder: &mut dyn DecoderSession, _alive: usize) -> Option<(Vec<StartTokens>, SearchParams)> {
+        None
+    }
+    /// Every example of group `group` has ended (or the search stopped: cancelled): its
+    /// hypotheses in the group's order, unfinished ones empty.
+    fn group_done(&mut self, group: usize, hypotheses: Vec<Hypotheses>);
+}
+
+/// Greedy search over one batch; results in batch order.
 pub fn greedy_search(
     ctx: &Ctx,
     decoder: &mut dyn DecoderSession,
@@ -11,25 +33,98 @@ pub fn greedy_search(
     starts: &[StartTokens],
     params: &SearchParams,
 ) -> Vec<Hypotheses> {
-    let batch = starts.len();
-    let vocab = decoder.vocabulary_size();
-    let OutputColumns { ids: output, disabled, end: end_columns } = OutputColumns::new(decoder, params);
-    let output = output.as_deref();
-    let mut results: Vec<Option<Hypotheses>> = vec![None; batch];
-    let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); batch];
-    let mut scores = vec![0.0f32; batch];
-    // Live rows: which example each row decodes, and its last token.
-    let mut alive: Vec<usize> = (0..batch).collect();
-    let mut inputs: Vec<u32> = starts.iter().map(|s| s.start).collect();
-    let mut logits = Vec::new();
+    struct OneBatch<'a> {
+        observer: &'a mut dyn SearchObserver,
+        results: Vec<Hypotheses>,
+    }
+    impl SearchObserver for OneBatch<'_> {
+        fn cancelled(&self) -> bool {
+            self.observer.cancelled()
+        }
+        fn token(&mut self, example: usize, step: usize, id: u32, is_last: bool) -> bool {
+            self.observer.token(example, step, id, is_last)
+        }
+    }
+    impl ContinuousSearch for OneBatch<'_> {
+        fn group_done(&mut self, _group: usize, hypotheses: Vec<Hypotheses>) {
+            self.results = hypotheses;
+        }
+    }
+    let mut one = OneBatch { observer, results: Vec::new() };
+    greedy_continuous(ctx, decoder, &mut one, starts.to_vec(), params.clone());
+    one.results
+}
 
-    for step in 0..params.max_length {
-        if observer.cancelled() {
+/// One example being decoded.
+struct Example {
+    group: usize,
+    start: StartTokens,
+    tokens: Vec<u32>,
+    score: f32,
+    /// Steps decoded so far.
+    step: usize,
+}
+
+/// A group of examples that joined together (a batch), and its results so far.
+struct Group {
+    params: SearchParams,
+    first: usize,
+    results: Vec<Option<Hypotheses>>,
+    pending: usize,
+}
+
+/// The examples of a search and its live rows.
+#[derive(Default)]
+struct Live {
+    examples: Vec<Example>,
+    groups: Vec<Group>,
+    /// Which example each row decodes, and its last token.
+    alive: Vec<usize>,
+    inputs: Vec<u32>,
+}
+
+impl Live {
+    fn join(&mut self, starts: Vec<StartTokens>, params: SearchParams, search: &mut dyn ContinuousSearch) {
+        let group = self.groups.len();
+        if starts.is_empty() {
+            search.group_done(group, Vec::new());
+        }
+        self.groups.push(Group { params, first: self.examples.len(), results: vec![None; starts.len()], pending: starts.len() });
+        for start in starts {
+            self.alive.push(self.examples.len());
+            self.inputs.push(start.start);
+            self.examples.push(Example { group, start, tokens: Vec::new(), score: 0.0, step: 0 });
+        }
+    }
+}
+
+/// Greedy search starting with the batch `starts` (group 0), taking in further groups from
+/// `search` as it goes; each group's results go to `search.group_done`.
+pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &mut dyn ContinuousSearch, starts: Vec<StartTokens>, params: SearchParams) {
+    let vocab = decoder.vocabulary_size();
+    let OutputColumns { ids: output, disabled, end: end_columns } = OutputColumns::new(decoder, &params);
+    let output = output.as_deref();
+    let mut live = Live::default();
+    live.join(starts, params, search);
+    let mut logits = Vec::new();
+    loop {
+        if search.cancelled() {
             break;
         }
-        decoder.step(ctx, &inputs, &mut logits);
+        if let Some((starts, params)) = search.next_group(ctx, decoder, live.alive.len()) {
+            live.join(starts, params, search);
+        }
+        let Live { examples, groups, alive, inputs } = &mut live;
+        if alive.is_empty() {
+            break;
+        }
+        decoder.step(ctx, inputs, &mut logits);
         let mut keep = Vec::with_capacity(alive.len());
         for (r, &ex) in alive.iter().enumerate() {
+            let example = &mut examples[ex];
+            let group = &mut groups[example.group];
+            let (params, step) = (&group.params, example.step);
+            example.step += 1;
             let row = &mut logits[r * vocab..(r + 1) * vocab];
             disable(row, &disabled);
             if step < params.min_length {
@@ -41,22 +136,22 @@ pub fn greedy_search(
                 // The log-probability of the arg-max, as a full log-softmax would give it.
                 score -= ops::log_sum_exp(row);
             }
-            let prefix = &starts[ex].prefix;
+            let prefix = &example.start.prefix;
             if step < prefix.len() {
                 // Forced prefix tokens do not count in the score (as in CTranslate2).
                 word = prefix[step];
                 score = 0.0;
             }
-            tokens[ex].push(word);
-            scores[ex] += score;
+            example.tokens.push(word);
+            example.score += score;
             let mut is_end = params.end_ids.contains(&word) && step >= prefix.len();
             let is_last = is_end || step + 1 == params.max_length;
-            if step >= prefix.len() && !observer.token(ex, step - prefix.len(), word, is_last) {
+            if step >= prefix.len() && !search.token(ex, step - prefix.len(), word, is_last) {
                 is_end = true; // The observer ends this hypothesis here.
             }
             if is_end || is_last {
-                let ids = std::mem::take(&mut tokens[ex]);
-                let hyps = vec![(ids, scores[ex]); 1];
+                let ids = std::mem::take(&mut example.tokens);
+                let hyps = vec![(ids, example.score); 1];
                 let mut h = finalize(hyps, 1, params.length_penalty, params.return_scores);
                 // With patience > 1 CTranslate2 accepts num_hypotheses > 1 for greedy search
                 // and returns copies of the single greedy hypothesis.
@@ -64,20 +159,28 @@ pub fn greedy_search(
                 if params.return_scores {
                     h.scores = vec![h.scores[0]; params.num_hypotheses];
                 }
-                results[ex] = Some(h);
+                group.results[ex - group.first] = Some(h);
+                group.pending -= 1;
+                if group.pending == 0 {
+                    let results = std::mem::take(&mut group.results);
+                    search.group_done(example.group, results.into_iter().map(Option::unwrap_or_default).collect());
+                }
             } else {
                 keep.push(r);
                 inputs[r] = word;
             }
         }
-        if keep.is_empty() {
-            break;
-        }
         if keep.len() != alive.len() {
             decoder.select_rows(&keep);
-            alive = keep.iter().map(|&r| alive[r]).collect();
-            inputs = keep.iter().map(|&r| inputs[r]).collect();
+            *alive = keep.iter().map(|&r| alive[r]).collect();
+            *inputs = keep.iter().map(|&r| inputs[r]).collect();
         }
     }
-    results.into_iter().map(Option::unwrap_or_default).collect()
+    // Stopped (cancelled): the groups not done yet, with what they have.
+    for (g, group) in live.groups.iter_mut().enumerate() {
+        if group.pending > 0 {
+            let results = std::mem::take(&mut group.results);
+            search.group_done(g, results.into_iter().map(Option::unwrap_or_default).collect());
+        }
+    }
 }

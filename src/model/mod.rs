@@ -107,6 +107,17 @@ pub trait DecoderSession {
     fn step(&mut self, ctx: &Ctx, ids: &[u32], logits: &mut Vec<f32>);
     /// Keeps rows `rows[i]` as the new row `i` (beam reordering, finished rows removed).
     fn select_rows(&mut self, rows: &[usize]);
+    /// Encodes `sources` (a batch as it would be started on its own) and appends one row
+    /// per source after the current rows, each decoding from its own first step with the
+    /// results it would have had alone (continuous batching). `false`: this session
+    /// cannot, and nothing changed.
+    fn append_sources(&mut self, _ctx: &Ctx, _sources: &[Vec<u32>]) -> Result<bool> {
+        Ok(false)
+    }
+    /// Whether `append_sources` can work on this session.
+    fn can_append_sources(&self) -> bool {
+        false
+    }
 }
 
 /// Spec names of CTranslate2 encoder-decoder Transformers (older converters used the last two).
@@ -229,6 +240,6 @@ impl<B: Backend> TranslationModel for TransformerModel<B> {
     fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>) -> Result<Box<dyn DecoderSession + 'a>> {
         let memory = self.encoder.forward(ctx, sources);
         let state = self.decoder.initial_state(ctx, memory, output_ids)?;
-        Ok(Box::new(transformer::TransformerSession { decoder: &self.decoder, state }))
+        Ok(Box::new(transformer::TransformerSession { encoder: &self.encoder, decoder: &self.decoder, state }))
     }
 }

@@ -206,7 +206,8 @@ pub struct DecoderState<B: Backend> {
     /// Cross-attention keys and values per layer, computed once: [source rows, 2d].
     memory_kv: Vec<B::Buffer>,
     memory: SequenceLayout,
-    step: usize,
+    /// Steps each row has decoded (rows appended later started later).
+    steps: Vec<usize>,
     scratch: Scratch<B>,
     x: B::Buffer,
     logits: B::Buffer,
@@ -217,8 +218,23 @@ impl<B: Backend> DecoderState<B> {
         self.row_example.len()
     }
 
-    pub fn step(&self) -> usize {
-        self.step
+    /// Appends the rows of `other`, a state of the same decoder for other examples, after
+    /// this state's rows. The caller checks `Decoder::can_append` first.
+    fn append(&mut self, b: &B, other: DecoderState<B>) {
+        let examples = self.memory.lengths.len();
+        self.row_example.extend(other.row_example.iter().map(|e| e + examples));
+        for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
+            match (mine, theirs) {
+                (LayerState::Cache(mine), LayerState::Cache(theirs)) => b.append_kv_cache(mine, theirs),
+                (LayerState::Cells(mine), LayerState::Cells(theirs)) => b.append_rows(mine, theirs),
+                _ => unreachable!("states of one decoder have the same layers"),
+            }
+        }
+        for (mine, theirs) in self.memory_kv.iter_mut().zip(other.memory_kv) {
+            b.append_rows(mine, theirs);
+        }
+        self.memory.append(other.memory);
+        self.steps.extend(other.steps);
     }
 }
 
@@ -331,7 +347,7 @@ impl<B: Backend> Decoder<B> {
             output,
             memory_kv,
             memory: memory.layout,
-            step: 0,
+            steps: vec![0; rows],
             scratch: Scratch::default(),
             x: B::Buffer::default(),
             logits: B::Buffer::default(),
@@ -349,6 +365,54 @@ impl<B: Backend> Decoder<B> {
             }
         }
         state.row_example = sources.iter().map(|&s| state.row_example[s]).collect();
+        state.steps = sources.iter().map(|&s| state.steps[s]).collect();
+        self.drop_finished_memory(state, 0.5);
+    }
+
+    /// Frees what the finished rows left: their cross-attention keys/values and the cache
+    /// blocks kept for reuse (before a batch joins: its encoding needs the memory first).
+    fn shrink(&self, state: &mut DecoderState<B>) {
+        self.drop_finished_memory(state, 0.0);
+        for layer in &mut state.layers {
+            if let LayerState::Cache(cache) = layer {
+                self.backend.shrink_kv_cache(cache);
+            }
+        }
+    }
+
+    /// Frees the cross-attention keys/values of the examples no row decodes any more, once
+    /// they hold more than `share` of them (in a long continuous decoding they would pile up).
+    fn drop_finished_memory(&self, state: &mut DecoderState<B>, share: f32) {
+        let examples = state.memory.lengths.len();
+        let mut live = vec![false; examples];
+        for &e in &state.row_example {
+            live[e] = true;
+        }
+        let kept: Vec<usize> = (0..examples).filter(|&e| live[e]).collect();
+        let (live_rows, total) = (kept.iter().map(|&e| state.memory.lengths[e]).sum::<usize>(), state.memory.total_rows());
+        if total - live_rows == 0 || ((total - live_rows) as f32) < share * total as f32 {
+            return;
+        }
+        let (layout, rows) = state.memory.select(&kept);
+        let width = 2 * self.embeddings.dim();
+        for kv in &mut state.memory_kv {
+            self.backend.reorder_rows(kv, width, &rows);
+        }
+        let mut renumbered = vec![0; examples];
+        for (i, &e) in kept.iter().enumerate() {
+            renumbered[e] = i;
+        }
+        state.row_example.iter_mut().for_each(|e| *e = renumbered[*e]);
+        state.memory = layout;
+    }
+
+    /// Whether states of this decoder can take rows of another batch (continuous
+    /// batching): not with an output subset (its columns belong to one batch), nor with
+    /// average attention (its running average counts one step for all rows).
+    pub fn can_append(&self, state: &DecoderState<B>) -> bool {
+        self.backend.can_append_rows()
+            && state.output.is_none()
+            && self.layers.iter().all(|l| !matches!(l.self_attention, DecoderSelfAttention::Average(_)))
     }
 
     /// Runs one decoding step for every row of `state` with input `ids` (one per row) and
@@ -358,15 +422,23 @@ impl<B: Backend> Decoder<B> {
         let d = self.embeddings.dim();
         let rows = ids.len();
         debug_assert_eq!(rows, state.num_rows());
-        let step = state.step;
         let mut x = std::mem::take(&mut state.x);
-        if self.zero_start_embedding && step == 0 {
+        let first_steps: Vec<usize> = if self.zero_start_embedding {
+            (0..rows).filter(|&r| state.steps[r] == 0).collect()
+        } else {
+            Vec::new()
+        };
+        if !first_steps.is_empty() && first_steps.len() == rows {
             // Marian starts decoding from a zero vector instead of the <s> embedding.
             b.zeros(&mut x, rows, d);
         } else {
             self.embeddings.lookup(b, ids, self.scale, &mut x);
+            if !first_steps.is_empty() {
+                // Rows that joined later (continuous batching) on their first step.
+                b.zero_rows(&mut x, d, &first_steps);
+            }
         }
-        self.positions.add(b, &mut x, d, &vec![step; rows]);
+        self.positions.add(b, &mut x, d, &state.steps);
         if let Some(norm) = &self.layernorm_embedding {
             norm.forward(b, &mut x);
         }
@@ -378,6 +450,8 @@ impl<B: Backend> Decoder<B> {
                 }
                 (DecoderSelfAttention::Ssru(block), LayerState::Cells(cells)) => self.ssru_step(ctx, block, &mut x, rows, cells, &mut scratch),
                 (DecoderSelfAttention::Average(block), LayerState::Cells(average)) => {
+                    // One step for all rows: states with average attention take no rows in.
+                    let step = state.steps.first().copied().unwrap_or(0);
                     self.average_attention_step(ctx, block, &mut x, rows, average, step, &mut scratch)
                 }
                 _ => unreachable!("decoder layer states are made by initial_state for these layers"),
@@ -392,7 +466,7 @@ impl<B: Backend> Decoder<B> {
         projection.forward_to_host(b, ctx, &x, rows, &mut state.logits, logits);
         state.scratch = scratch;
         state.x = x;
-        state.step += 1;
+        state.steps.iter_mut().for_each(|s| *s += 1);
     }
 
     /// The sub-layer's input: `x`, or with pre-norm its normalized copy in `buf`.
@@ -486,6 +560,7 @@ impl<B: Backend> Decoder<B> {
 
 /// A batch being decoded by a [`Decoder`].
 pub struct TransformerSession<'a, B: Backend> {
+    pub(crate) encoder: &'a Encoder<B>,
     pub(crate) decoder: &'a Decoder<B>,
     pub(crate) state: DecoderState<B>,
 }
@@ -502,5 +577,22 @@ impl<B: Backend> DecoderSession for TransformerSession<'_, B> {
     }
     fn select_rows(&mut self, rows: &[usize]) {
         self.decoder.select_rows(&mut self.state, rows)
+    }
+    fn can_append_sources(&self) -> bool {
+        self.decoder.can_append(&self.state)
+    }
+    fn append_sources(&mut self, ctx: &Ctx, sources: &[Vec<u32>]) -> Result<bool> {
+        if !self.decoder.can_append(&self.state) {
+            return Ok(false);
+        }
+        // The finished examples' keys/values go first: the new ones take their place.
+        self.decoder.shrink(&mut self.state);
+        // The freed buffers are scattered in the allocator's heap: the new batch's would
+        // extend it instead of reusing them, and the process grows by a batch's worth.
+        crate::release_free_memory();
+        let memory = self.encoder.forward(ctx, sources);
+        let state = self.decoder.initial_state(ctx, memory, None)?;
+        self.state.append(&self.decoder.backend, state);
+        Ok(true)
     }
 }

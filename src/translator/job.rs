@@ -6,8 +6,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::workers::{Task, Worker};
-use super::{translate_examples, TokenCallback, TokenEvent, TranslateOptions, TranslationResult};
-use crate::decode::SearchObserver;
+use super::{translate_examples, PreparedBatch, TokenCallback, TokenEvent, TranslateOptions, TranslationResult};
+use crate::backend::Ctx;
+use crate::decode::greedy::{greedy_continuous, ContinuousSearch};
+use crate::decode::{DecoderSession, Hypotheses, SearchObserver, SearchParams, StartTokens};
 use crate::error::{Error, Result};
 use crate::model::TranslationModel;
 
@@ -25,6 +27,9 @@ pub(crate) struct Request<T> {
     pub on_token: Option<TokenCallback>,
     /// Original indices of the sentences of each batch.
     pub batches: Vec<Vec<usize>>,
+    /// Batches a worker has taken (each runs once: by its own task, or taken into another
+    /// batch's greedy search by continuous batching).
+    claimed: Vec<AtomicBool>,
     cancelled: AtomicBool,
     state: Mutex<State<T>>,
     changed: Condvar,
@@ -83,7 +88,9 @@ impl<T: Send + 'static> Request<T> {
             settled: false,
             callback_thread: None,
         };
+        let claimed = batches.iter().map(|_| AtomicBool::new(false)).collect();
         let request = Arc::new(Request {
+            claimed,
             model,
             source,
             target_prefix,
@@ -107,6 +114,11 @@ impl<T: Send + 'static> Request<T> {
 
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// Takes batch `batch` for the caller to run: false when a worker already has.
+    fn claim(&self, batch: usize) -> bool {
+        !self.claimed[batch].swap(true, Ordering::SeqCst)
     }
 
     fn is_cancelled(&self) -> bool {
@@ -201,19 +213,21 @@ struct BatchTask<T> {
 impl<T: Send + 'static> Task for BatchTask<T> {
     fn run(self: Box<Self>, worker: &Worker) {
         let request = &self.request;
+        if !request.claim(self.batch) {
+            return; // Already decoded with an earlier batch (continuous batching).
+        }
         if request.is_cancelled() || worker.shutting_down.load(Ordering::SeqCst) {
             request.finish_batch(self.batch, None);
             return;
+        }
+        if request.options.beam_size == 1 {
+            return run_continuous(request, self.batch, worker);
         }
         let indices = &request.batches[self.batch];
         let mut observer = RequestObserver { request, indices, shutting_down: &worker.shutting_down };
         let outcome = catch(|| {
             worker.install(|| {
-                let sources: Vec<&[String]> = indices.iter().map(|&i| request.source[i].as_slice()).collect();
-                let prefixes: Vec<&[String]> = indices
-                    .iter()
-                    .map(|&i| request.target_prefix.as_ref().map_or(&[][..], |p| p[i].as_slice()))
-                    .collect();
+                let (sources, prefixes) = request.batch_inputs(self.batch);
                 translate_examples(request.model.as_ref(), &worker.ctx, &sources, &prefixes, &request.options, &mut observer)
             })
         });
@@ -224,7 +238,155 @@ impl<T: Send + 'static> Task for BatchTask<T> {
 
     fn abandon(self: Box<Self>) {
         self.request.cancel();
-        self.request.finish_batch(self.batch, None);
+        if self.request.claim(self.batch) {
+            self.request.finish_batch(self.batch, None);
+        }
+    }
+}
+
+impl<T> Request<T> {
+    /// The sources and target prefixes of batch `batch`.
+    fn batch_inputs(&self, batch: usize) -> (Vec<&[String]>, Vec<&[String]>) {
+        let indices = &self.batches[batch];
+        let sources = indices.iter().map(|&i| self.source[i].as_slice()).collect();
+        let prefixes = indices.iter().map(|&i| self.target_prefix.as_ref().map_or(&[][..], |p| p[i].as_slice())).collect();
+        (sources, prefixes)
+    }
+}
+
+/// Greedy search over `batch` that takes in the request's next batches while it runs,
+/// whenever few of its rows are left (continuous batching): the rows that finish early
+/// are replaced instead of the last long hypotheses stepping through the whole model one
+/// or two rows at a time. Each example is decoded exactly as in its own batch.
+fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, worker: &Worker) {
+    let mut feed = Feed { request, worker, groups: Vec::new(), examples: Vec::new(), next: batch + 1, refill_below: 0 };
+    let outcome = catch(|| {
+        worker.install(|| {
+            let model = request.model.as_ref();
+            let (sources, prefixes) = request.batch_inputs(batch);
+            let prepared = PreparedBatch::new(model, &sources, &prefixes, &request.options)?;
+            if prepared.to_run.is_empty() {
+                return Ok(Some(prepared.results));
+            }
+            let mut session = model.start(&worker.ctx, &prepared.source_ids, prepared.output_ids.clone())?;
+            // A batch's output restriction (shortlist, vocabulary map) is its own: such
+            // batches are decoded alone, as are those of models that cannot take rows in.
+            if prepared.output_ids.is_none() && session.can_append_sources() {
+                // Refill once a quarter of a batch is left: most of the gain (the long
+                // tails), with at most 1.25 batches of rows at once.
+                feed.refill_below = (request.batches[batch].len() / 4).max(1);
+            }
+            let (starts, params) = (prepared.starts.clone(), prepared.params.clone());
+            feed.join(batch, prepared);
+            greedy_continuous(&worker.ctx, session.as_mut(), &mut feed, starts, params);
+            Ok(None)
+        })
+    });
+    match outcome {
+        // Nothing to decode: the batch is done already.
+        Ok(Some(results)) => request.finish_batch(batch, Some(Ok(results))),
+        Ok(None) => {}
+        Err(e) => {
+            // The batches taken and not finished get the error (the first one) or nothing.
+            let mut error = Some(e);
+            let unfinished: Vec<usize> = feed.groups.iter().filter(|g| g.prepared.is_some()).map(|g| g.batch).collect();
+            let unfinished = if feed.groups.is_empty() { vec![batch] } else { unfinished };
+            for b in unfinished {
+                request.finish_batch(b, error.take().map(Err));
+            }
+        }
+    }
+}
+
+/// The batches one continuous greedy search decodes, and where their results go.
+struct Feed<'a, T> {
+    request: &'a Arc<Request<T>>,
+    worker: &'a Worker,
+    /// Each group of the search: a batch, prepared until its results are handed over.
+    groups: Vec<FedBatch>,
+    /// Request index of each example of the search (in the order they joined).
+    examples: Vec<usize>,
+    /// The next batch to try to take.
+    next: usize,
+    /// Take in the next batch when fewer rows than this are left (0: never).
+    refill_below: usize,
+}
+
+struct FedBatch {
+    batch: usize,
+    prepared: Option<PreparedBatch>,
+}
+
+impl<T: Send + 'static> Feed<'_, T> {
+    fn join(&mut self, batch: usize, prepared: PreparedBatch) {
+        let indices = &self.request.batches[batch];
+        self.examples.extend(prepared.to_run.iter().map(|&i| indices[i]));
+        self.groups.push(FedBatch { batch, prepared: Some(prepared) });
+    }
+
+    fn stopped(&self) -> bool {
+        self.request.is_cancelled() || self.worker.shutting_down.load(Ordering::SeqCst)
+    }
+}
+
+impl<T: Send + 'static> SearchObserver for Feed<'_, T> {
+    fn cancelled(&self) -> bool {
+        self.request.cancelled.load(Ordering::Relaxed) || self.worker.shutting_down.load(Ordering::Relaxed)
+    }
+
+    fn token(&mut self, example: usize, step: usize, id: u32, is_last: bool) -> bool {
+        let Some(callback) = &self.request.on_token else { return true };
+        let token = self.request.model.target_vocabulary().token(id);
+        callback(&TokenEvent { example: self.examples[example], step, id, token, is_last })
+    }
+}
+
+impl<T: Send + 'static> ContinuousSearch for Feed<'_, T> {
+    fn next_group(&mut self, ctx: &Ctx, decoder: &mut dyn DecoderSession, alive: usize) -> Option<(Vec<StartTokens>, SearchParams)> {
+        if alive >= self.refill_below || self.stopped() {
+            return None;
+        }
+        let request = self.request;
+        while self.next < request.batches.len() {
+            let batch = self.next;
+            self.next += 1;
+            if !request.claim(batch) {
+                continue;
+            }
+            let (sources, prefixes) = request.batch_inputs(batch);
+            let prepared = match PreparedBatch::new(request.model.as_ref(), &sources, &prefixes, &request.options) {
+                Ok(p) => p,
+                Err(e) => {
+                    request.finish_batch(batch, Some(Err(e)));
+                    return None;
+                }
+            };
+            if prepared.to_run.is_empty() {
+                request.finish_batch(batch, Some(Ok(prepared.results)));
+                continue;
+            }
+            match decoder.append_sources(ctx, &prepared.source_ids) {
+                Ok(true) => {}
+                outcome => {
+                    let e = outcome.err().unwrap_or_else(|| Error::internal("internal error: a decoding refused the rows it said it could take"));
+                    request.finish_batch(batch, Some(Err(e)));
+                    return None;
+                }
+            }
+            let group = (prepared.starts.clone(), prepared.params.clone());
+            self.join(batch, prepared);
+            return Some(group);
+        }
+        None
+    }
+
+    fn group_done(&mut self, group: usize, hypotheses: Vec<Hypotheses>) {
+        let stopped = self.stopped();
+        let fed = &mut self.groups[group];
+        let Some(prepared) = fed.prepared.take() else { return };
+        // A batch stopped by a cancellation has incomplete hypotheses: they are dropped.
+        let outcome = if stopped { None } else { Some(Ok(prepared.complete(self.request.model.as_ref(), hypotheses))) };
+        self.request.finish_batch(fed.batch, outcome);
     }
 }
 

@@ -240,24 +240,18 @@ pub(crate) fn translate_examples(
     options: &TranslateOptions,
     observer: &mut dyn SearchObserver,
 ) -> Result<Vec<TranslationResult>> {
-    let mut results = vec![TranslationResult::default(); sources.len()];
-    let mut to_run = Vec::with_capacity(sources.len());
-    for (i, (source, prefix)) in sources.iter().zip(prefixes).enumerate() {
-        match skip_translation(model, source, prefix, options) {
-            Some(r) => results[i] = r,
-            None => to_run.push(i),
-        }
+    let prepared = PreparedBatch::new(model, sources, prefixes, options)?;
+    if prepared.to_run.is_empty() {
+        return Ok(prepared.results);
     }
-    if !to_run.is_empty() {
-        let run_sources: Vec<&[String]> = to_run.iter().map(|&i| sources[i]).collect();
-        let run_prefixes: Vec<&[String]> = to_run.iter().map(|&i| prefixes[i]).collect();
-        let mut observer = Renumbered { inner: observer, indices: &to_run };
-        let translated = run_translation(model, ctx, &run_sources, &run_prefixes, options, &mut observer)?;
-        for (i, r) in to_run.into_iter().zip(translated) {
-            results[i] = r;
-        }
-    }
-    Ok(results)
+    let mut session = model.start(ctx, &prepared.source_ids, prepared.output_ids.clone())?;
+    let mut observer = Renumbered { inner: observer, indices: &prepared.to_run };
+    let hyps: Vec<Hypotheses> = if options.beam_size == 1 {
+        greedy_search(ctx, session.as_mut(), &mut observer, &prepared.starts, &prepared.params)
+    } else {
+        beam_search(ctx, session.as_mut(), &mut observer, &prepared.starts, &prepared.params)
+    };
+    Ok(prepared.complete(model, hyps))
 }
 
 /// An observer of a sub-batch, reporting examples by their index in the whole batch.
@@ -345,102 +339,120 @@ fn source_ids(m: &dyn TranslationModel, tokens: &[String], max_length: usize) ->
     Ok(ids)
 }
 
-fn run_translation(
-    m: &dyn TranslationModel,
-    ctx: &Ctx,
-    sources: &[&[String]],
-    prefixes: &[&[String]],
-    options: &TranslateOptions,
-    observer: &mut dyn SearchObserver,
-) -> Result<Vec<TranslationResult>> {
-    let cfg = m.special_tokens();
-    let tv = m.target_vocabulary();
-    let source_ids = sources
-        .iter()
-        .map(|s| source_ids(m, s, options.max_input_length))
-        .collect::<Result<Vec<_>>>()?;
-    let mut starts = Vec::with_capacity(prefixes.len());
-    for p in prefixes {
-        let mut ids: Vec<u32> = Vec::with_capacity(p.len() + 1);
-        if let Some(start) = &cfg.decoder_start {
-            ids.push(tv.id_or_unk(start));
-        }
-        ids.extend(p.iter().map(|t| tv.id_or_unk(t)));
-        if ids.is_empty() {
-            return Err(Error::invalid_argument(
-                "One input has no decoder start token: this model has no decoder_start_token, \
-                 so every example needs a target prefix",
-            ));
-        }
-        starts.push(StartTokens { start: ids[0], prefix: ids[1..].to_vec() });
-    }
-    // A stored position table bounds the decoding length (CTranslate2 raises an error
-    // when decoding reaches its end; Tolk ends the hypotheses there instead).
-    let mut max_length = match m.max_target_positions() {
-        Some(max) => options.max_decoding_length.min(max),
-        None => options.max_decoding_length,
-    };
-    if options.max_length_factor > 0.0 {
-        let longest = source_ids.iter().map(Vec::len).max().unwrap_or(0);
-        // A minimum length asked for explicitly wins over the factor's bound.
-        let bound = ((longest as f32 * options.max_length_factor).ceil() as usize).max(options.min_decoding_length).max(1);
-        max_length = max_length.min(bound);
-    }
-    let end_ids = vec![match &options.end_token {
-        Some(t) => tv
-            .id(t)
-            .ok_or_else(|| Error::invalid_argument(format!("end_token {t:?} is not in the target vocabulary")))?,
-        None => tv.id_or_unk(&cfg.eos),
-    }];
-    let params = SearchParams {
-        beam_size: options.beam_size,
-        patience: options.patience,
-        length_penalty: options.length_penalty,
-        num_hypotheses: options.num_hypotheses,
-        max_length,
-        min_length: options.min_decoding_length,
-        disabled_ids: if options.disable_unk { vec![tv.unk_id()] } else { Vec::new() },
-        end_ids: end_ids.clone(),
-        return_scores: options.return_scores,
-    };
+/// A batch ready to decode: the results of the sources without content (CTranslate2's
+/// shortcut), and for the others (`to_run`, indices in the batch) their ids, start tokens,
+/// search parameters and output restriction.
+pub(crate) struct PreparedBatch {
+    pub results: Vec<TranslationResult>,
+    pub to_run: Vec<usize>,
+    pub source_ids: Vec<Vec<u32>>,
+    pub starts: Vec<StartTokens>,
+    pub params: SearchParams,
+    pub output_ids: Option<Vec<u32>>,
+}
 
-    // A vocabulary map's candidates are CTranslate2's as they are (the start and prefix
-    // tokens in, a custom end token not: it then cannot end a hypothesis either).
-    let vmap_ids = m.vocabulary_map().filter(|_| options.use_vmap).map(|vmap| {
-        let targets = starts.iter().flat_map(|s| std::iter::once(s.start).chain(s.prefix.iter().copied()));
-        vmap.candidates(sources, targets)
-    });
-    let output_ids = if options.use_shortlist && vmap_ids.is_none() { m.output_candidates(&source_ids) } else { None };
-    let output_ids = output_ids.map(|mut ids| {
-        // The tokens decoding must be able to produce or force are always candidates.
-        ids.extend(params.end_ids.iter().copied());
-        ids.extend(starts.iter().flat_map(|s| s.prefix.iter().copied()));
-        ids.sort_unstable();
-        ids.dedup();
-        ids
-    });
-    let mut session = m.start(ctx, &source_ids, vmap_ids.or(output_ids))?;
-    let hyps: Vec<Hypotheses> = if options.beam_size == 1 {
-        greedy_search(ctx, session.as_mut(), observer, &starts, &params)
-    } else {
-        beam_search(ctx, session.as_mut(), observer, &starts, &params)
-    };
-    Ok(hyps
-        .into_iter()
-        .map(|h| TranslationResult {
-            hypotheses: h
-                .ids
-                .into_iter()
-                .map(|mut ids| {
-                    while ids.last().is_some_and(|id| end_ids.contains(id)) {
-                        ids.pop();
-                    }
-                    ids.into_iter().map(|id| tv.token(id).to_string()).collect()
-                })
-                .collect(),
-            scores: h.scores,
-        })
-        .collect())
+impl PreparedBatch {
+    pub fn new(m: &dyn TranslationModel, sources: &[&[String]], prefixes: &[&[String]], options: &TranslateOptions) -> Result<PreparedBatch> {
+        let mut results = vec![TranslationResult::default(); sources.len()];
+        let mut to_run = Vec::with_capacity(sources.len());
+        for (i, (source, prefix)) in sources.iter().zip(prefixes).enumerate() {
+            match skip_translation(m, source, prefix, options) {
+                Some(r) => results[i] = r,
+                None => to_run.push(i),
+            }
+        }
+        let sources: Vec<&[String]> = to_run.iter().map(|&i| sources[i]).collect();
+        let cfg = m.special_tokens();
+        let tv = m.target_vocabulary();
+        let source_ids = sources
+            .iter()
+            .map(|s| source_ids(m, s, options.max_input_length))
+            .collect::<Result<Vec<_>>>()?;
+        let mut starts = Vec::with_capacity(to_run.len());
+        for &i in &to_run {
+            let p = prefixes[i];
+            let mut ids: Vec<u32> = Vec::with_capacity(p.len() + 1);
+            if let Some(start) = &cfg.decoder_start {
+                ids.push(tv.id_or_unk(start));
+            }
+            ids.extend(p.iter().map(|t| tv.id_or_unk(t)));
+            if ids.is_empty() {
+                return Err(Error::invalid_argument(
+                    "One input has no decoder start token: this model has no decoder_start_token, \
+                     so every example needs a target prefix",
+                ));
+            }
+            starts.push(StartTokens { start: ids[0], prefix: ids[1..].to_vec() });
+        }
+        // A stored position table bounds the decoding length (CTranslate2 raises an error
+        // when decoding reaches its end; Tolk ends the hypotheses there instead).
+        let mut max_length = match m.max_target_positions() {
+            Some(max) => options.max_decoding_length.min(max),
+            None => options.max_decoding_length,
+        };
+        if options.max_length_factor > 0.0 {
+            let longest = source_ids.iter().map(Vec::len).max().unwrap_or(0);
+            // A minimum length asked for explicitly wins over the factor's bound.
+            let bound = ((longest as f32 * options.max_length_factor).ceil() as usize).max(options.min_decoding_length).max(1);
+            max_length = max_length.min(bound);
+        }
+        let end_ids = vec![match &options.end_token {
+            Some(t) => tv
+                .id(t)
+                .ok_or_else(|| Error::invalid_argument(format!("end_token {t:?} is not in the target vocabulary")))?,
+            None => tv.id_or_unk(&cfg.eos),
+        }];
+        let params = SearchParams {
+            beam_size: options.beam_size,
+            patience: options.patience,
+            length_penalty: options.length_penalty,
+            num_hypotheses: options.num_hypotheses,
+            max_length,
+            min_length: options.min_decoding_length,
+            disabled_ids: if options.disable_unk { vec![tv.unk_id()] } else { Vec::new() },
+            end_ids,
+            return_scores: options.return_scores,
+        };
+        // A vocabulary map's candidates are CTranslate2's as they are (the start and prefix
+        // tokens in, a custom end token not: it then cannot end a hypothesis either).
+        let vmap_ids = m.vocabulary_map().filter(|_| options.use_vmap).map(|vmap| {
+            let targets = starts.iter().flat_map(|s| std::iter::once(s.start).chain(s.prefix.iter().copied()));
+            vmap.candidates(&sources, targets)
+        });
+        let output_ids = if options.use_shortlist && vmap_ids.is_none() { m.output_candidates(&source_ids) } else { None };
+        let output_ids = output_ids.map(|mut ids| {
+            // The tokens decoding must be able to produce or force are always candidates.
+            ids.extend(params.end_ids.iter().copied());
+            ids.extend(starts.iter().flat_map(|s| s.prefix.iter().copied()));
+            ids.sort_unstable();
+            ids.dedup();
+            ids
+        });
+        Ok(PreparedBatch { results, to_run, source_ids, starts, params, output_ids: vmap_ids.or(output_ids) })
+    }
+
+    /// The batch's results, with the hypotheses of the examples that ran (in `to_run`
+    /// order) as tokens, end tokens removed.
+    pub fn complete(mut self, m: &dyn TranslationModel, hyps: Vec<Hypotheses>) -> Vec<TranslationResult> {
+        let tv = m.target_vocabulary();
+        let end_ids = &self.params.end_ids;
+        for (&i, h) in self.to_run.iter().zip(hyps) {
+            self.results[i] = TranslationResult {
+                hypotheses: h
+                    .ids
+                    .into_iter()
+                    .map(|mut ids| {
+                        while ids.last().is_some_and(|id| end_ids.contains(id)) {
+                            ids.pop();
+                        }
+                        ids.into_iter().map(|id| tv.token(id).to_string()).collect()
+                    })
+                    .collect(),
+                scores: h.scores,
+            };
+        }
+        self.results
+    }
 }
 
 /// Splits example indices into batches like CTranslate2: longest sources first, then

@@ -27,6 +27,9 @@ pub struct CpuBackend;
 /// writing them.
 fn resize_output(out: &mut Vec<f32>, len: usize) {
     if out.len() < len {
+        // Exactly: a growing batch (continuous batching) would otherwise double the
+        // capacity of buffers as large as the logits (rows x 65k floats).
+        out.reserve_exact(len - out.len());
         out.resize(len, 0.0);
     }
     out.truncate(len);
@@ -35,6 +38,7 @@ fn resize_output(out: &mut Vec<f32>, len: usize) {
 /// `out` as `len` zeros.
 fn zeroed(out: &mut Vec<f32>, len: usize) {
     out.clear();
+    out.reserve_exact(len);
     out.resize(len, 0.0);
 }
 
@@ -194,6 +198,10 @@ impl Backend for CpuBackend {
         cache.reorder(sources);
     }
 
+    fn shrink_kv_cache(&self, cache: &mut CpuKvCache) {
+        cache.shrink();
+    }
+
     fn memory_attention(
         &self,
         query: &Vec<f32>,
@@ -208,15 +216,17 @@ impl Backend for CpuBackend {
         let scale = 1.0 / (head_dim as f32).sqrt();
         zeroed(out, row_example.len() * d);
         let mut scores = Vec::new();
-        // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
-        let padded = memory.lengths.iter().copied().max().unwrap_or(0);
-        // CTranslate2 keeps the memory keys/values once per example, not per beam: with
-        // several rows per example (beam search after the first step), the example's beams
-        // are the query rows of one product (`beam_size > 1` in its cross-attention), which
-        // MKL sums in its several-rows order instead of the one-query-row order.
-        let single_query = !row_example.windows(2).any(|w| w[0] == w[1]);
         for (r, &ex) in row_example.iter().enumerate() {
             let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
+            // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
+            let padded = memory.padded[ex];
+            // CTranslate2 keeps the memory keys/values once per example, not per beam: with
+            // several rows per example (beam search after the first step), the example's
+            // beams are the query rows of one product (`beam_size > 1` in its
+            // cross-attention), which MKL sums in its several-rows order instead of the
+            // one-query-row order. An example's rows are adjacent.
+            let shares = |other: Option<&usize>| other == Some(&ex);
+            let single_query = !shares(r.checked_sub(1).and_then(|p| row_example.get(p))) && !shares(row_example.get(r + 1));
             let mem = &memory_kv[off * 2 * d..(off + len) * 2 * d];
             let (keys, values) = (KvView::contiguous(&mem, 2 * d, 0), KvView::contiguous(&mem, 2 * d, d));
             let q = &query[r * d..(r + 1) * d];
@@ -251,6 +261,25 @@ impl Backend for CpuBackend {
 
     fn reorder_rows(&self, x: &mut Vec<f32>, dim: usize, sources: &[usize]) {
         *x = sources.iter().flat_map(|&s| x[s * dim..(s + 1) * dim].iter().copied()).collect();
+    }
+
+    fn can_append_rows(&self) -> bool {
+        true
+    }
+
+    fn append_rows(&self, dst: &mut Vec<f32>, src: Vec<f32>) {
+        dst.reserve_exact(src.len());
+        dst.extend_from_slice(&src);
+    }
+
+    fn zero_rows(&self, x: &mut Vec<f32>, dim: usize, rows: &[usize]) {
+        for &r in rows {
+            x[r * dim..(r + 1) * dim].fill(0.0);
+        }
+    }
+
+    fn append_kv_cache(&self, dst: &mut CpuKvCache, src: CpuKvCache) {
+        dst.append_rows(src);
     }
 
     fn logits_to_host(&self, logits: &mut Vec<f32>, host: &mut Vec<f32>) {

@@ -73,6 +73,24 @@ impl CpuKvCache {
         row.len += 1;
     }
 
+    /// Appends the rows of `other` after this cache's rows (with their own histories), and
+    /// takes over its free blocks.
+    pub fn append_rows(&mut self, other: CpuKvCache) {
+        if self.width == 0 {
+            self.width = other.width;
+        }
+        debug_assert!(other.width == 0 || other.width == self.width, "one cache holds one layer's width");
+        self.rows.extend(other.rows);
+        if other.width == self.width {
+            self.free.extend(other.free);
+        }
+    }
+
+    /// Frees the blocks kept for reuse.
+    pub fn shrink(&mut self) {
+        self.free = Vec::new();
+    }
+
     /// Row `r`'s positions so far.
     pub fn len(&self, r: usize) -> usize {
         self.rows[r].len
