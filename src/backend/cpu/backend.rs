@@ -253,8 +253,10 @@ impl Backend for CpuBackend {
     }
 
     fn gate(&self, y: &mut Vec<f32>, x: &Vec<f32>, input_gate: &Vec<f32>, forget_gate: &Vec<f32>) {
-        for (((v, &xi), &gi), &gf) in y.iter_mut().zip(x).zip(input_gate).zip(forget_gate) {
-            let (gi, gf) = (1.0 / (1.0 + (-gi).exp()), 1.0 / (1.0 + (-gf).exp()));
+        let (mut gi, mut gf) = (input_gate.clone(), forget_gate.clone());
+        ops::sigmoid(&mut gi);
+        ops::sigmoid(&mut gf);
+        for (((v, &xi), &gi), &gf) in y.iter_mut().zip(x).zip(&gi).zip(&gf) {
             *v = gi * xi + gf * *v;
         }
     }
