@@ -249,7 +249,7 @@ pub(crate) fn translate_examples(
     let hyps: Vec<Hypotheses> = if options.beam_size == 1 {
         greedy_search(ctx, session.as_mut(), &mut observer, &prepared.starts, &prepared.params)
     } else {
-        beam_search(ctx, session.as_mut(), &mut observer, &prepared.starts, &prepared.params)
+        beam_search(ctx, session.as_mut(), &observer, &prepared.starts, &prepared.params)
     };
     Ok(prepared.complete(model, hyps))
 }

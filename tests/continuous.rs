@@ -1,0 +1,117 @@
+//! Continuous batching: a greedy translation of many batches takes the next batch into the
+//! running search once few rows are left. Every example must come out exactly as when its
+//! batch is translated on its own (tokens and scores, bit for bit), on the real zh-en model
+//! (int8 and float32, one and two workers) and on a tiny random model; token events keep
+//! each example's own step count.
+mod common;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use tolk::{ComputeType, Model, TranslateOptions, TranslationResult, Translator, TranslatorConfig};
+
+fn translator(model: &Model, inter_threads: usize) -> Translator {
+    Translator::with_config(model, &TranslatorConfig { inter_threads, ..Default::default() }).unwrap()
+}
+
+fn greedy(max_batch_size: usize) -> TranslateOptions {
+    TranslateOptions { beam_size: 1, max_batch_size, return_scores: true, ..Default::default() }
+}
+
+/// Each batch of the request translated by a call of its own (a request of one batch has
+/// nothing to take in): the reference.
+fn batch_by_batch(t: &Translator, source: &[Vec<String>], options: &TranslateOptions) -> Vec<TranslationResult> {
+    let mut results = vec![TranslationResult::default(); source.len()];
+    for batch in tolk::translator::rebatch(source, options.max_batch_size, options.batch_type) {
+        let sources: Vec<Vec<String>> = batch.iter().map(|&i| source[i].clone()).collect();
+        for (i, r) in batch.into_iter().zip(t.translate_batch(&sources, None, options).unwrap()) {
+            results[i] = r;
+        }
+    }
+    results
+}
+
+fn assert_same(got: &[TranslationResult], expected: &[TranslationResult], what: &str) {
+    assert_eq!(got.len(), expected.len());
+    for (i, (g, e)) in got.iter().zip(expected).enumerate() {
+        assert_eq!(g.hypotheses, e.hypotheses, "{what}: example {i}");
+        let bits = |r: &TranslationResult| r.scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(g), bits(e), "{what}: scores of example {i}");
+    }
+}
+
+fn find(var: &str, default: &str, file: &str) -> Option<PathBuf> {
+    let dirs = [std::env::var(var).ok().map(PathBuf::from), Some(PathBuf::from(default)), Some(PathBuf::from("../shared").join(default))];
+    dirs.into_iter().flatten().map(|d| d.join(file)).find(|p| p.exists())
+}
+
+/// The zh-en model directory and its first `n` verses as SentencePiece pieces.
+fn zh_en_pieces(n: usize) -> Option<(PathBuf, Vec<Vec<String>>)> {
+    let (Some(model), Some(data)) = (find("TOLK_MODELS", "models", "zh-en-ct2/model.bin"), find("TOLK_DATA", "data", "dev-matthew.zh")) else {
+        eprintln!("zh-en model or dev verses not found: skipped");
+        return None;
+    };
+    let dir = model.parent()?.to_path_buf();
+    let m = Model::load(&dir).unwrap();
+    let tokenizer = m.tokenizer().expect("zh-en has a SentencePiece model");
+    let text = std::fs::read_to_string(data).ok()?;
+    let pieces = text.lines().take(n).map(|l| tokenizer.encode(l).into_iter().map(|p| p.piece).collect()).collect();
+    Some((dir, pieces))
+}
+
+#[test]
+fn real_model_examples_equal_their_batch_translated_alone() {
+    let Some((dir, source)) = zh_en_pieces(160) else { return };
+    for compute_type in [ComputeType::Int8, ComputeType::Float32] {
+        let model = Model::load_with(&dir, compute_type).unwrap();
+        let options = greedy(16);
+        let expected = batch_by_batch(&translator(&model, 1), &source, &options);
+        for workers in [1, 2] {
+            let got = translator(&model, workers).translate_batch(&source, None, &options).unwrap();
+            assert_same(&got, &expected, &format!("{compute_type:?}, {workers} workers"));
+        }
+    }
+}
+
+#[test]
+fn tiny_model_examples_equal_their_batch_translated_alone() {
+    let vocab = 40;
+    for (name, bin) in [("continuous-f32", tiny_model_bin(11, vocab)), ("continuous-i8", tiny_int8_model_bin(12, vocab))] {
+        let dir = write_model_dir(&temp_dir(name), &bin, &tiny_vocabulary(vocab));
+        let model = Model::load(&dir).unwrap();
+        // Lengths 0..=25 scrambled: empty sources (answered without decoding) among them.
+        let source: Vec<Vec<String>> =
+            (0..300).map(|i| (0..(i * 7 + 3) % 26).map(|j| format!("w{}", 3 + (i * 11 + j * 3) % (vocab - 3))).collect()).collect();
+        for max_batch_size in [1, 5, 16] {
+            let options = TranslateOptions { max_decoding_length: 40, ..greedy(max_batch_size) };
+            let expected = batch_by_batch(&translator(&model, 1), &source, &options);
+            let got = translator(&model, 2).translate_batch(&source, None, &options).unwrap();
+            assert_same(&got, &expected, &format!("{name}, batches of {max_batch_size}"));
+        }
+    }
+}
+
+#[test]
+fn token_events_count_each_examples_own_steps() {
+    let vocab = 40;
+    let dir = write_model_dir(&temp_dir("continuous-events"), &tiny_model_bin(13, vocab), &tiny_vocabulary(vocab));
+    let model = Model::load(&dir).unwrap();
+    let source: Vec<Vec<String>> = (0..120).map(|i| (0..1 + i % 17).map(|j| format!("w{}", 3 + (i + j * 7) % (vocab - 3))).collect()).collect();
+    let events: Arc<Mutex<Vec<Vec<(usize, String, bool)>>>> = Arc::new(Mutex::new(vec![Vec::new(); source.len()]));
+    let sink = Arc::clone(&events);
+    let on_token: tolk::TokenCallback = Arc::new(move |e: &tolk::TokenEvent| {
+        sink.lock().unwrap()[e.example].push((e.step, e.token.to_string(), e.is_last));
+        true
+    });
+    let options = TranslateOptions { max_decoding_length: 30, ..greedy(8) };
+    let results = translator(&model, 1).translate_batch_streaming(&source, None, &options, on_token).unwrap();
+    let events = events.lock().unwrap();
+    for (i, (r, ev)) in results.iter().zip(events.iter()).enumerate() {
+        assert!(!ev.is_empty(), "example {i} has no events");
+        assert!(ev.iter().enumerate().all(|(k, e)| e.0 == k), "example {i}: steps {:?}", ev.iter().map(|e| e.0).collect::<Vec<_>>());
+        assert!(ev.last().unwrap().2 && ev.iter().filter(|e| e.2).count() == 1, "example {i}: one last event, at the end");
+        let streamed: Vec<&String> = ev.iter().map(|e| &e.1).filter(|t| t.as_str() != "</s>").collect();
+        assert_eq!(streamed, r.hypotheses[0].iter().collect::<Vec<_>>(), "example {i}");
+    }
+}
