@@ -1,7 +1,8 @@
-//! Continuous batching: a greedy translation of many batches takes the next batch into the
-//! running search once few rows are left. Every example must come out exactly as when its
-//! batch is translated on its own (tokens and scores, bit for bit), on the real zh-en model
-//! (int8 and float32, one and two workers) and on a tiny random model; token events keep
+//! Continuous batching: a greedy or beam translation of many batches takes the next batch
+//! into the running search once few rows are left. Every example must come out exactly as
+//! when its batch is translated on its own (tokens and scores, bit for bit), on the real
+//! zh-en model (int8 and float32, one and two workers) and on tiny random models (with
+//! target prefixes, and a vocabulary smaller than the beam's candidates); token events keep
 //! each example's own step count.
 mod common;
 
@@ -21,11 +22,12 @@ fn greedy(max_batch_size: usize) -> TranslateOptions {
 
 /// Each batch of the request translated by a call of its own (a request of one batch has
 /// nothing to take in): the reference.
-fn batch_by_batch(t: &Translator, source: &[Vec<String>], options: &TranslateOptions) -> Vec<TranslationResult> {
+fn batch_by_batch(t: &Translator, source: &[Vec<String>], prefix: Option<&[Vec<String>]>, options: &TranslateOptions) -> Vec<TranslationResult> {
     let mut results = vec![TranslationResult::default(); source.len()];
     for batch in tolk::translator::rebatch(source, options.max_batch_size, options.batch_type) {
         let sources: Vec<Vec<String>> = batch.iter().map(|&i| source[i].clone()).collect();
-        for (i, r) in batch.into_iter().zip(t.translate_batch(&sources, None, options).unwrap()) {
+        let prefixes: Option<Vec<Vec<String>>> = prefix.map(|p| batch.iter().map(|&i| p[i].clone()).collect());
+        for (i, r) in batch.into_iter().zip(t.translate_batch(&sources, prefixes.as_deref(), options).unwrap()) {
             results[i] = r;
         }
     }
@@ -66,10 +68,69 @@ fn real_model_examples_equal_their_batch_translated_alone() {
     for compute_type in [ComputeType::Int8, ComputeType::Float32] {
         let model = Model::load_with(&dir, compute_type).unwrap();
         let options = greedy(16);
-        let expected = batch_by_batch(&translator(&model, 1), &source, &options);
+        let expected = batch_by_batch(&translator(&model, 1), &source, None, &options);
         for workers in [1, 2] {
             let got = translator(&model, workers).translate_batch(&source, None, &options).unwrap();
             assert_same(&got, &expected, &format!("{compute_type:?}, {workers} workers"));
+        }
+    }
+}
+
+#[test]
+fn real_model_beam_examples_equal_their_batch_translated_alone() {
+    let Some((dir, source)) = zh_en_pieces(64) else { return };
+    for compute_type in [ComputeType::Int8, ComputeType::Float32] {
+        let model = Model::load_with(&dir, compute_type).unwrap();
+        for beam_size in [2, 4] {
+            let options = TranslateOptions { beam_size, ..greedy(12) };
+            let expected = batch_by_batch(&translator(&model, 1), &source, None, &options);
+            for workers in [1, 2] {
+                let got = translator(&model, workers).translate_batch(&source, None, &options).unwrap();
+                assert_same(&got, &expected, &format!("{compute_type:?}, beam {beam_size}, {workers} workers"));
+            }
+        }
+    }
+}
+
+/// `n` sources of lengths 0..=25 scrambled: empty sources (answered without decoding)
+/// among them.
+fn tiny_sources(n: usize, vocab: usize) -> Vec<Vec<String>> {
+    (0..n).map(|i| (0..(i * 7 + 3) % 26).map(|j| format!("w{}", 3 + (i * 11 + j * 3) % (vocab - 3))).collect()).collect()
+}
+
+#[test]
+fn tiny_model_beam_examples_equal_their_batch_translated_alone() {
+    // Vocabulary 40: the first step runs one row per example; 6: fewer tokens than the 8
+    // candidates of beam 4, every example starts with its 4 beams. The random models rarely
+    // end a hypothesis: a token they often produce as the end token varies the lengths.
+    for (vocab, beams, end) in [(40, &[2, 4][..], "w37"), (6, &[4][..], "w3")] {
+        for (name, bin) in [("continuous-beam-f32", tiny_model_bin(21, vocab)), ("continuous-beam-i8", tiny_int8_model_bin(21, vocab))] {
+            let dir = write_model_dir(&temp_dir(&format!("{name}-{vocab}")), &bin, &tiny_vocabulary(vocab));
+            let model = Model::load(&dir).unwrap();
+            let source = tiny_sources(200, vocab);
+            // Target prefixes on some examples: their batch's other examples then end no
+            // secondary beam on their first step (CTranslate2's batch-wide prefix rule).
+            let prefix: Vec<Vec<String>> = (0..source.len()).map(|i| (0..[0, 0, 0, 1, 2][i % 5]).map(|j| format!("w{}", 3 + j)).collect()).collect();
+            for &beam_size in beams {
+                let cases = [(1, 1, 1.0, None), (5, 2, 0.0, Some(end)), (16, 1, 0.0, Some(end)), (32, 2, 1.0, Some(end))];
+                for (max_batch_size, num_hypotheses, length_penalty, end_token) in cases {
+                    let end_token = end_token.map(String::from);
+                    let options = TranslateOptions {
+                        beam_size,
+                        num_hypotheses,
+                        length_penalty,
+                        end_token,
+                        max_decoding_length: 30,
+                        ..greedy(max_batch_size)
+                    };
+                    for prefix in [None, Some(&prefix[..])] {
+                        let expected = batch_by_batch(&translator(&model, 1), &source, prefix, &options);
+                        let got = translator(&model, 2).translate_batch(&source, prefix, &options).unwrap();
+                        let what = format!("{name}, vocabulary {vocab}, beam {beam_size}, batches of {max_batch_size}, prefix {}", prefix.is_some());
+                        assert_same(&got, &expected, &what);
+                    }
+                }
+            }
         }
     }
 }
@@ -80,12 +141,10 @@ fn tiny_model_examples_equal_their_batch_translated_alone() {
     for (name, bin) in [("continuous-f32", tiny_model_bin(11, vocab)), ("continuous-i8", tiny_int8_model_bin(12, vocab))] {
         let dir = write_model_dir(&temp_dir(name), &bin, &tiny_vocabulary(vocab));
         let model = Model::load(&dir).unwrap();
-        // Lengths 0..=25 scrambled: empty sources (answered without decoding) among them.
-        let source: Vec<Vec<String>> =
-            (0..300).map(|i| (0..(i * 7 + 3) % 26).map(|j| format!("w{}", 3 + (i * 11 + j * 3) % (vocab - 3))).collect()).collect();
+        let source = tiny_sources(300, vocab);
         for max_batch_size in [1, 5, 16] {
             let options = TranslateOptions { max_decoding_length: 40, ..greedy(max_batch_size) };
-            let expected = batch_by_batch(&translator(&model, 1), &source, &options);
+            let expected = batch_by_batch(&translator(&model, 1), &source, None, &options);
             let got = translator(&model, 2).translate_batch(&source, None, &options).unwrap();
             assert_same(&got, &expected, &format!("{name}, batches of {max_batch_size}"));
         }

@@ -1,7 +1,11 @@
 //! Beam search with CTranslate2's exact bookkeeping: 2 x beam candidates per example and
 //! step, finished hypotheses replaced by the next unfinished candidates, `patience`
-//! deciding how many finished hypotheses end the search, forced target prefixes.
-use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchObserver, SearchParams, StartTokens};
+//! deciding how many finished hypotheses end the search, forced target prefixes. Like
+//! greedy search it can take in more examples while it runs (continuous batching).
+use super::{
+    disable, finalize, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
+    StartTokens,
+};
 use crate::backend::cpu::ops;
 use crate::backend::Ctx;
 
@@ -33,89 +37,153 @@ pub fn top_k(values: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
     }
 }
 
-/// Live decoding state of one example.
-struct Beams {
-    example: usize,
+/// One example being decoded, and its finished hypotheses.
+struct Example {
+    group: usize,
+    prefix: Vec<u32>,
+    /// Whether an example of its group has a target prefix: CTranslate2 then treats the
+    /// first free step of every example of the batch specially.
+    group_has_prefix: bool,
+    /// Steps decoded so far.
+    step: usize,
     top_beam_finished: bool,
     finished: Vec<(Vec<u32>, f32)>,
 }
 
-/// Token streaming is greedy-only: the observer is asked only whether to stop.
+/// The examples of a search and its live rows: the examples decoding in row order, each
+/// with its rows adjacent (one row on an example's first step unless the vocabulary is
+/// smaller than the candidates, else `beam`), and per row its input token, score and tokens.
+#[derive(Default)]
+struct Live {
+    examples: Vec<Example>,
+    groups: Groups,
+    alive: Vec<usize>,
+    inputs: Vec<u32>,
+    scores: Vec<f32>,
+    sequences: Vec<Vec<u32>>,
+}
+
+impl Live {
+    /// Takes in a group whose sources the decoder has as its last rows, one row each.
+    fn join(
+        &mut self,
+        decoder: &mut dyn DecoderSession,
+        starts: Vec<StartTokens>,
+        params: SearchParams,
+        beam_rows: usize,
+        search: &mut dyn ContinuousSearch,
+    ) {
+        let group_has_prefix = starts.iter().any(|s| !s.prefix.is_empty());
+        let group = self.groups.add(params, starts.len(), self.examples.len(), search);
+        let old = self.inputs.len();
+        for s in starts {
+            self.alive.push(self.examples.len());
+            self.inputs.push(s.start);
+            self.examples.push(Example { group, prefix: s.prefix, group_has_prefix, step: 0, top_beam_finished: false, finished: Vec::new() });
+        }
+        if beam_rows > 1 {
+            // The vocabulary is smaller than the candidates: the new examples start with
+            // all their beams, the first one scoring 0.
+            let rows: Vec<usize> = (0..old).chain((old..self.inputs.len()).flat_map(|r| std::iter::repeat_n(r, beam_rows))).collect();
+            decoder.select_rows(&rows);
+            self.inputs = rows.iter().map(|&r| self.inputs[r]).collect();
+        }
+        let new_rows = self.inputs.len() - old;
+        self.scores.extend((0..new_rows).map(|k| if k % beam_rows == 0 { 0.0 } else { f32::MIN }));
+        self.sequences.resize(self.inputs.len(), Vec::new());
+    }
+}
+
+/// Beam search over one batch; results in batch order.
 pub fn beam_search(
     ctx: &Ctx,
     decoder: &mut dyn DecoderSession,
-    observer: &dyn SearchObserver,
+    observer: &mut dyn SearchObserver,
     starts: &[StartTokens],
     params: &SearchParams,
 ) -> Vec<Hypotheses> {
+    one_batch(observer, |search| beam_continuous(ctx, decoder, search, starts.to_vec(), params.clone()))
+}
+
+/// Beam search starting with the batch `starts` (group 0), taking in further groups from
+/// `search` as it goes (continuous batching, as `greedy_continuous`); each group's results
+/// go to `search.group_done`. Every example keeps its own steps, parameters and finished
+/// hypotheses, so it is decoded exactly as in its own batch. Token streaming is
+/// greedy-only: the search is asked only whether to stop.
+pub fn beam_continuous(
+    ctx: &Ctx,
+    decoder: &mut dyn DecoderSession,
+    search: &mut dyn ContinuousSearch,
+    starts: Vec<StartTokens>,
+    params: SearchParams,
+) {
     let beam = params.beam_size;
     let vocab = decoder.vocabulary_size();
-    let OutputColumns { ids: output, disabled, end: end_columns } = OutputColumns::new(decoder, params);
+    let OutputColumns { ids: output, disabled, end: end_columns } = OutputColumns::new(decoder, &params);
     let output = output.as_deref();
     let num_candidates = 2 * beam;
-    let max_candidates = (beam as f32 * params.patience).round() as usize;
-    let allow_early_exit = params.length_penalty == 0.0;
     // The first step only expands the first beam, so it runs on one row per example
     // unless the vocabulary is smaller than the candidate list.
     let expand_after_first_step = num_candidates <= vocab;
-    let has_prefix = starts.iter().any(|s| !s.prefix.is_empty());
+    let first_step_rows = if expand_after_first_step { 1 } else { beam };
     let is_end = |id: u32| params.end_ids.contains(&id);
     // A token that is not an end token, to fill the candidates that must not be taken (id 0
     // is the end token in Marian vocabularies).
     let filler = (0..).find(|&id| !is_end(id)).unwrap_or(0);
 
-    let mut results: Vec<Option<Hypotheses>> = vec![None; starts.len()];
-    let mut live: Vec<Beams> = (0..starts.len())
-        .map(|example| Beams { example, top_beam_finished: false, finished: Vec::new() })
-        .collect();
-    let mut inputs: Vec<u32> = starts.iter().map(|s| s.start).collect();
-    let mut beam_scores: Vec<f32> = Vec::new();
-    let mut sequences: Vec<Vec<u32>> = Vec::new();
-    if !expand_after_first_step {
-        let rows: Vec<usize> = (0..starts.len()).flat_map(|i| std::iter::repeat(i).take(beam)).collect();
-        decoder.select_rows(&rows);
-        inputs = rows.iter().map(|&i| inputs[i]).collect();
-        beam_scores = (0..rows.len()).map(|r| if r % beam == 0 { 0.0 } else { f32::MIN }).collect();
-        sequences = vec![Vec::new(); rows.len()];
-    }
-
+    let mut live = Live::default();
+    live.join(decoder, starts, params.clone(), first_step_rows, search);
     let mut logits = Vec::new();
     let mut candidates = Vec::with_capacity(num_candidates);
     let mut row_candidates: Vec<(usize, f32)> = Vec::new();
-    for step in 0..params.max_length {
-        if observer.cancelled() {
+    let per_row = num_candidates.min(vocab);
+    loop {
+        if search.cancelled() {
             break;
         }
-        let is_expanded = !expand_after_first_step || step > 0;
-        let rows_per_example = if is_expanded { beam } else { 1 };
-        decoder.step(ctx, &inputs, &mut logits);
+        if let Some((starts, params)) = search.next_group(ctx, decoder, live.inputs.len()) {
+            debug_assert_eq!(params.beam_size, beam, "the groups of a search share the beam size");
+            live.join(decoder, starts, params, first_step_rows, search);
+        }
+        let Live { examples, groups, alive, inputs, scores, sequences } = &mut live;
+        if alive.is_empty() {
+            break;
+        }
+        let rows_of = |e: &Example| if e.step == 0 { first_step_rows } else { beam };
+        decoder.step(ctx, inputs, &mut logits);
         // Candidates of each row: its best 2 x beam tokens by logit. Log-probabilities are
         // only formed for them (log_softmax is monotonic within a row), with the same
         // arithmetic as a full log-softmax: (logit - logsumexp) + beam score.
         row_candidates.clear();
-        for (r, row) in logits.chunks_exact_mut(vocab).enumerate() {
-            disable(row, &disabled);
-            if step < params.min_length {
-                disable(row, &end_columns);
+        let mut rows = logits.chunks_exact_mut(vocab).enumerate();
+        for &ex in alive.iter() {
+            let example = &examples[ex];
+            // On one row, an example's first step has no beam score to add.
+            let expanded = !expand_after_first_step || example.step > 0;
+            for (r, row) in rows.by_ref().take(rows_of(example)) {
+                disable(row, &disabled);
+                if example.step < groups.params(example.group).min_length {
+                    disable(row, &end_columns);
+                }
+                let shift = ops::log_sum_exp(row);
+                top_k(row, num_candidates, &mut candidates);
+                row_candidates.extend(candidates.iter().map(|&(id, logit)| {
+                    let log_prob = logit - shift;
+                    (r * vocab + id, if expanded { log_prob + scores[r] } else { log_prob })
+                }));
             }
-            let shift = ops::log_sum_exp(row);
-            let beam_score = beam_scores.get(r).copied();
-            top_k(row, num_candidates, &mut candidates);
-            row_candidates.extend(candidates.iter().map(|&(id, logit)| {
-                let log_prob = logit - shift;
-                (r * vocab + id, beam_score.map_or(log_prob, |s| log_prob + s))
-            }));
         }
-        let per_row = num_candidates.min(vocab);
 
-        let last_step = step + 1 == params.max_length;
-        let mut next_live = Vec::with_capacity(live.len());
-        let mut next_rows = Vec::with_capacity(live.len() * beam);
-        let mut next_inputs = Vec::with_capacity(live.len() * beam);
-        let mut next_scores = Vec::with_capacity(live.len() * beam);
-        let mut next_sequences = Vec::with_capacity(live.len() * beam);
-        for (i, mut beams) in live.into_iter().enumerate() {
-            let first_row = i * rows_per_example;
+        let mut next_alive = Vec::with_capacity(alive.len());
+        let mut next_rows = Vec::with_capacity(alive.len() * beam);
+        let mut next_inputs = Vec::with_capacity(alive.len() * beam);
+        let mut next_scores = Vec::with_capacity(alive.len() * beam);
+        let mut next_sequences = Vec::with_capacity(alive.len() * beam);
+        let mut first_row = 0;
+        for &ex in alive.iter() {
+            let example = &mut examples[ex];
+            let (params, step, rows_per_example) = (groups.params(example.group), example.step, rows_of(example));
+            example.step += 1;
             // Best candidates over this example's rows (flat index = row * vocab + token).
             let block = &row_candidates[first_row * per_row..(first_row + rows_per_example) * per_row];
             candidates.clear();
@@ -125,8 +193,8 @@ pub fn beam_search(
             // (word, score, source row) of each candidate.
             let mut cands: Vec<(u32, f32, usize)> =
                 candidates.iter().map(|&(flat, score)| (target_id(flat % vocab, output), score, flat / vocab)).collect();
-            let prefix = &starts[beams.example].prefix;
-            if has_prefix && step <= prefix.len() {
+            let prefix = &example.prefix;
+            if example.group_has_prefix && step <= prefix.len() {
                 for (k, c) in cands.iter_mut().enumerate() {
                     if step < prefix.len() {
                         *c = (prefix[step], if k == 0 { 0.0 } else { -1e10 }, first_row);
@@ -137,11 +205,13 @@ pub fn beam_search(
                     }
                 }
             }
+            first_row += rows_per_example;
             let sequence_of = |c: &(u32, f32, usize)| {
-                let mut s = sequences.get(c.2).cloned().unwrap_or_default();
+                let mut s = sequences[c.2].clone();
                 s.push(c.0);
                 s
             };
+            let last_step = step + 1 == params.max_length;
             let mut active = Vec::with_capacity(beam);
             let mut secondary = beam;
             for k in 0..beam.min(cands.len()) {
@@ -149,9 +219,9 @@ pub fn beam_search(
                 let mut next = k;
                 if (is_end(word) && step >= prefix.len()) || last_step {
                     if k == 0 {
-                        beams.top_beam_finished = true;
+                        example.top_beam_finished = true;
                     }
-                    beams.finished.push((sequence_of(&cands[k]), score));
+                    example.finished.push((sequence_of(&cands[k]), score));
                     if let Some(j) = (secondary..cands.len()).find(|&j| !is_end(cands[j].0)) {
                         next = j;
                         secondary = j + 1;
@@ -160,15 +230,15 @@ pub fn beam_search(
                 active.push(next);
             }
             let done = last_step
-                || if allow_early_exit {
-                    beams.top_beam_finished && beams.finished.len() >= params.num_hypotheses
+                || if params.length_penalty == 0.0 {
+                    // Early exit: no later hypothesis can beat the finished top beam.
+                    example.top_beam_finished && example.finished.len() >= params.num_hypotheses
                 } else {
-                    beams.finished.len() >= max_candidates
+                    example.finished.len() >= (beam as f32 * params.patience).round() as usize
                 };
             if done {
-                let finished = std::mem::take(&mut beams.finished);
-                results[beams.example] =
-                    Some(finalize(finished, params.num_hypotheses, params.length_penalty, params.return_scores));
+                let h = finalize(std::mem::take(&mut example.finished), params.num_hypotheses, params.length_penalty, params.return_scores);
+                groups.finish(example.group, ex, h, search);
                 continue;
             }
             for &a in &active {
@@ -178,18 +248,16 @@ pub fn beam_search(
                 next_scores.push(c.1);
                 next_sequences.push(sequence_of(c));
             }
-            next_live.push(beams);
+            next_alive.push(ex);
         }
-        if next_live.is_empty() {
-            break;
-        }
+        // Even when no row is left: the next group joins an empty decoding.
         decoder.select_rows(&next_rows);
-        live = next_live;
-        inputs = next_inputs;
-        beam_scores = next_scores;
-        sequences = next_sequences;
+        *alive = next_alive;
+        *inputs = next_inputs;
+        *scores = next_scores;
+        *sequences = next_sequences;
     }
-    results.into_iter().map(Option::unwrap_or_default).collect()
+    live.groups.stop(search);
 }
 
 #[cfg(test)]

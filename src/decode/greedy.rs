@@ -6,24 +6,12 @@
 //! with a few long hypotheses stepping through the whole model for one or two rows each.
 //! Every example keeps its own step count, parameters and results, so each is decoded
 //! exactly as it would be on its own.
-use super::{disable, finalize, target_id, DecoderSession, Hypotheses, OutputColumns, SearchObserver, SearchParams, StartTokens};
+use super::{
+    disable, finalize, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
+    StartTokens,
+};
 use crate::backend::cpu::ops;
 use crate::backend::Ctx;
-
-/// What feeds a continuous greedy search and takes its results. Examples are numbered in
-/// the order they joined: the first group's from 0, each later group's after those of the
-/// groups before it (the numbers `token` reports).
-pub trait ContinuousSearch: SearchObserver {
-    /// Asked before each step with the number of rows still decoding: may append the next
-    /// group's sources to `decoder` (`DecoderSession::append_sources`) and return their
-    /// start tokens and parameters. The groups must share the end and disabled ids.
-    fn next_group(&mut self, _ctx: &Ctx, _decoder: &mut dyn DecoderSession, _alive: usize) -> Option<(Vec<StartTokens>, SearchParams)> {
-        None
-    }
-    /// Every example of group `group` has ended (or the search stopped: cancelled): its
-    /// hypotheses in the group's order, unfinished ones empty.
-    fn group_done(&mut self, group: usize, hypotheses: Vec<Hypotheses>);
-}
 
 /// Greedy search over one batch; results in batch order.
 pub fn greedy_search(
@@ -33,26 +21,7 @@ pub fn greedy_search(
     starts: &[StartTokens],
     params: &SearchParams,
 ) -> Vec<Hypotheses> {
-    struct OneBatch<'a> {
-        observer: &'a mut dyn SearchObserver,
-        results: Vec<Hypotheses>,
-    }
-    impl SearchObserver for OneBatch<'_> {
-        fn cancelled(&self) -> bool {
-            self.observer.cancelled()
-        }
-        fn token(&mut self, example: usize, step: usize, id: u32, is_last: bool) -> bool {
-            self.observer.token(example, step, id, is_last)
-        }
-    }
-    impl ContinuousSearch for OneBatch<'_> {
-        fn group_done(&mut self, _group: usize, hypotheses: Vec<Hypotheses>) {
-            self.results = hypotheses;
-        }
-    }
-    let mut one = OneBatch { observer, results: Vec::new() };
-    greedy_continuous(ctx, decoder, &mut one, starts.to_vec(), params.clone());
-    one.results
+    one_batch(observer, |search| greedy_continuous(ctx, decoder, search, starts.to_vec(), params.clone()))
 }
 
 /// One example being decoded.
@@ -65,19 +34,11 @@ struct Example {
     step: usize,
 }
 
-/// A group of examples that joined together (a batch), and its results so far.
-struct Group {
-    params: SearchParams,
-    first: usize,
-    results: Vec<Option<Hypotheses>>,
-    pending: usize,
-}
-
 /// The examples of a search and its live rows.
 #[derive(Default)]
 struct Live {
     examples: Vec<Example>,
-    groups: Vec<Group>,
+    groups: Groups,
     /// Which example each row decodes, and its last token.
     alive: Vec<usize>,
     inputs: Vec<u32>,
@@ -85,11 +46,7 @@ struct Live {
 
 impl Live {
     fn join(&mut self, starts: Vec<StartTokens>, params: SearchParams, search: &mut dyn ContinuousSearch) {
-        let group = self.groups.len();
-        if starts.is_empty() {
-            search.group_done(group, Vec::new());
-        }
-        self.groups.push(Group { params, first: self.examples.len(), results: vec![None; starts.len()], pending: starts.len() });
+        let group = self.groups.add(params, starts.len(), self.examples.len(), search);
         for start in starts {
             self.alive.push(self.examples.len());
             self.inputs.push(start.start);
@@ -122,8 +79,7 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
         let mut keep = Vec::with_capacity(alive.len());
         for (r, &ex) in alive.iter().enumerate() {
             let example = &mut examples[ex];
-            let group = &mut groups[example.group];
-            let (params, step) = (&group.params, example.step);
+            let (params, step) = (groups.params(example.group), example.step);
             example.step += 1;
             let row = &mut logits[r * vocab..(r + 1) * vocab];
             disable(row, &disabled);
@@ -159,12 +115,7 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
                 if params.return_scores {
                     h.scores = vec![h.scores[0]; params.num_hypotheses];
                 }
-                group.results[ex - group.first] = Some(h);
-                group.pending -= 1;
-                if group.pending == 0 {
-                    let results = std::mem::take(&mut group.results);
-                    search.group_done(example.group, results.into_iter().map(Option::unwrap_or_default).collect());
-                }
+                groups.finish(example.group, ex, h, search);
             } else {
                 keep.push(r);
                 inputs[r] = word;
@@ -176,11 +127,5 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
             *inputs = keep.iter().map(|&r| inputs[r]).collect();
         }
     }
-    // Stopped (cancelled): the groups not done yet, with what they have.
-    for (g, group) in live.groups.iter_mut().enumerate() {
-        if group.pending > 0 {
-            let results = std::mem::take(&mut group.results);
-            search.group_done(g, results.into_iter().map(Option::unwrap_or_default).collect());
-        }
-    }
+    live.groups.stop(search);
 }

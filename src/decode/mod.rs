@@ -5,6 +5,8 @@ pub mod greedy;
 
 pub use crate::model::DecoderSession;
 
+use crate::backend::Ctx;
+
 /// The logits columns of `ids` when the output is the subset `output` (sorted target ids);
 /// ids outside the subset have no column.
 pub(crate) fn columns(ids: &[u32], output: Option<&[u32]>) -> Vec<u32> {
@@ -49,6 +51,96 @@ pub trait SearchObserver {
     /// example's hypothesis here.
     fn token(&mut self, _example: usize, _step: usize, _id: u32, _is_last: bool) -> bool {
         true
+    }
+}
+
+/// What feeds a continuous search (greedy or beam) and takes its results. Examples are
+/// numbered in the order they joined: the first group's from 0, each later group's after
+/// those of the groups before it (the numbers `token` reports).
+pub trait ContinuousSearch: SearchObserver {
+    /// Asked before each step with the number of rows still decoding: may append the next
+    /// group's sources to `decoder` (`DecoderSession::append_sources`) and return their
+    /// start tokens and parameters. The groups must share the end and disabled ids, and
+    /// the beam size.
+    fn next_group(&mut self, _ctx: &Ctx, _decoder: &mut dyn DecoderSession, _alive: usize) -> Option<(Vec<StartTokens>, SearchParams)> {
+        None
+    }
+    /// Every example of group `group` has ended (or the search stopped: cancelled): its
+    /// hypotheses in the group's order, unfinished ones empty.
+    fn group_done(&mut self, group: usize, hypotheses: Vec<Hypotheses>);
+}
+
+/// Runs a continuous search (`run`) on one batch that nothing joins: its results in
+/// batch order.
+pub(crate) fn one_batch(observer: &mut dyn SearchObserver, run: impl FnOnce(&mut dyn ContinuousSearch)) -> Vec<Hypotheses> {
+    struct OneBatch<'a> {
+        observer: &'a mut dyn SearchObserver,
+        results: Vec<Hypotheses>,
+    }
+    impl SearchObserver for OneBatch<'_> {
+        fn cancelled(&self) -> bool {
+            self.observer.cancelled()
+        }
+        fn token(&mut self, example: usize, step: usize, id: u32, is_last: bool) -> bool {
+            self.observer.token(example, step, id, is_last)
+        }
+    }
+    impl ContinuousSearch for OneBatch<'_> {
+        fn group_done(&mut self, _group: usize, hypotheses: Vec<Hypotheses>) {
+            self.results = hypotheses;
+        }
+    }
+    let mut one = OneBatch { observer, results: Vec::new() };
+    run(&mut one);
+    one.results
+}
+
+/// The groups of a continuous search (the batches that joined it), each with its own
+/// parameters and results so far.
+#[derive(Default)]
+pub(crate) struct Groups(Vec<Group>);
+
+struct Group {
+    params: SearchParams,
+    /// The search's number of the group's first example.
+    first: usize,
+    results: Vec<Option<Hypotheses>>,
+    pending: usize,
+}
+
+impl Groups {
+    /// Adds a group of `examples` examples numbered from `first`; returns its number.
+    pub fn add(&mut self, params: SearchParams, examples: usize, first: usize, search: &mut dyn ContinuousSearch) -> usize {
+        let group = self.0.len();
+        if examples == 0 {
+            search.group_done(group, Vec::new());
+        }
+        self.0.push(Group { params, first, results: vec![None; examples], pending: examples });
+        group
+    }
+
+    pub fn params(&self, group: usize) -> &SearchParams {
+        &self.0[group].params
+    }
+
+    /// Example `example` of group `group` has ended: hands the group over once complete.
+    pub fn finish(&mut self, group: usize, example: usize, hypotheses: Hypotheses, search: &mut dyn ContinuousSearch) {
+        let g = &mut self.0[group];
+        g.results[example - g.first] = Some(hypotheses);
+        g.pending -= 1;
+        if g.pending == 0 {
+            search.group_done(group, std::mem::take(&mut g.results).into_iter().map(Option::unwrap_or_default).collect());
+        }
+    }
+
+    /// The search stopped (cancelled): the groups not done yet, with what they have.
+    pub fn stop(&mut self, search: &mut dyn ContinuousSearch) {
+        for (group, g) in self.0.iter_mut().enumerate() {
+            if g.pending > 0 {
+                g.pending = 0;
+                search.group_done(group, std::mem::take(&mut g.results).into_iter().map(Option::unwrap_or_default).collect());
+            }
+        }
     }
 }
 

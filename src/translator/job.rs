@@ -6,10 +6,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::workers::{Task, Worker};
-use super::{translate_examples, PreparedBatch, TokenCallback, TokenEvent, TranslateOptions, TranslationResult};
+use super::{PreparedBatch, TokenCallback, TokenEvent, TranslateOptions, TranslationResult};
 use crate::backend::Ctx;
-use crate::decode::greedy::{greedy_continuous, ContinuousSearch};
-use crate::decode::{DecoderSession, Hypotheses, SearchObserver, SearchParams, StartTokens};
+use crate::decode::beam::beam_continuous;
+use crate::decode::greedy::greedy_continuous;
+use crate::decode::{ContinuousSearch, DecoderSession, Hypotheses, SearchObserver, SearchParams, StartTokens};
 use crate::error::{Error, Result};
 use crate::model::TranslationModel;
 
@@ -28,7 +29,7 @@ pub(crate) struct Request<T> {
     /// Original indices of the sentences of each batch.
     pub batches: Vec<Vec<usize>>,
     /// Batches a worker has taken (each runs once: by its own task, or taken into another
-    /// batch's greedy search by continuous batching).
+    /// batch's search by continuous batching).
     claimed: Vec<AtomicBool>,
     cancelled: AtomicBool,
     state: Mutex<State<T>>,
@@ -220,20 +221,7 @@ impl<T: Send + 'static> Task for BatchTask<T> {
             request.finish_batch(self.batch, None);
             return;
         }
-        if request.options.beam_size == 1 {
-            return run_continuous(request, self.batch, worker);
-        }
-        let indices = &request.batches[self.batch];
-        let mut observer = RequestObserver { request, indices, shutting_down: &worker.shutting_down };
-        let outcome = catch(|| {
-            worker.install(|| {
-                let (sources, prefixes) = request.batch_inputs(self.batch);
-                translate_examples(request.model.as_ref(), &worker.ctx, &sources, &prefixes, &request.options, &mut observer)
-            })
-        });
-        // A batch stopped by a cancellation has incomplete hypotheses: they are dropped.
-        let stopped = request.is_cancelled() || worker.shutting_down.load(Ordering::SeqCst);
-        request.finish_batch(self.batch, if stopped && outcome.is_ok() { None } else { Some(outcome) });
+        run_continuous(request, self.batch, worker);
     }
 
     fn abandon(self: Box<Self>) {
@@ -254,10 +242,10 @@ impl<T> Request<T> {
     }
 }
 
-/// Greedy search over `batch` that takes in the request's next batches while it runs,
-/// whenever few of its rows are left (continuous batching): the rows that finish early
-/// are replaced instead of the last long hypotheses stepping through the whole model one
-/// or two rows at a time. Each example is decoded exactly as in its own batch.
+/// Greedy or beam search over `batch` that takes in the request's next batches while it
+/// runs, whenever few of its rows are left (continuous batching): the rows that finish
+/// early are replaced instead of the last long hypotheses stepping through the whole model
+/// a few rows at a time. Each example is decoded exactly as in its own batch.
 fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, worker: &Worker) {
     let mut feed = Feed { request, worker, groups: Vec::new(), examples: Vec::new(), next: batch + 1, refill_below: 0 };
     let outcome = catch(|| {
@@ -272,13 +260,18 @@ fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, wo
             // A batch's output restriction (shortlist, vocabulary map) is its own: such
             // batches are decoded alone, as are those of models that cannot take rows in.
             if prepared.output_ids.is_none() && session.can_append_sources() {
-                // Refill once a quarter of a batch is left: most of the gain (the long
-                // tails), with at most 1.25 batches of rows at once.
-                feed.refill_below = (request.batches[batch].len() / 4).max(1);
+                // Refill once a quarter of a batch's rows is left (beam search: `beam`
+                // rows per example): most of the gain (the long tails), with at most 1.25
+                // batches of rows at once.
+                feed.refill_below = (request.batches[batch].len() * request.options.beam_size / 4).max(1);
             }
             let (starts, params) = (prepared.starts.clone(), prepared.params.clone());
             feed.join(batch, prepared);
-            greedy_continuous(&worker.ctx, session.as_mut(), &mut feed, starts, params);
+            if params.beam_size == 1 {
+                greedy_continuous(&worker.ctx, session.as_mut(), &mut feed, starts, params);
+            } else {
+                beam_continuous(&worker.ctx, session.as_mut(), &mut feed, starts, params);
+            }
             Ok(None)
         })
     });
@@ -298,7 +291,7 @@ fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, wo
     }
 }
 
-/// The batches one continuous greedy search decodes, and where their results go.
+/// The batches one continuous search decodes, and where their results go.
 struct Feed<'a, T> {
     request: &'a Arc<Request<T>>,
     worker: &'a Worker,
@@ -387,26 +380,6 @@ impl<T: Send + 'static> ContinuousSearch for Feed<'_, T> {
         // A batch stopped by a cancellation has incomplete hypotheses: they are dropped.
         let outcome = if stopped { None } else { Some(Ok(prepared.complete(self.request.model.as_ref(), hypotheses))) };
         self.request.finish_batch(fed.batch, outcome);
-    }
-}
-
-/// Connects a search to its request: cancellation and the token callback.
-struct RequestObserver<'a, T> {
-    request: &'a Request<T>,
-    /// Request index of each example of the batch.
-    indices: &'a [usize],
-    shutting_down: &'a AtomicBool,
-}
-
-impl<T> SearchObserver for RequestObserver<'_, T> {
-    fn cancelled(&self) -> bool {
-        self.request.cancelled.load(Ordering::Relaxed) || self.shutting_down.load(Ordering::Relaxed)
-    }
-
-    fn token(&mut self, example: usize, step: usize, id: u32, is_last: bool) -> bool {
-        let Some(callback) = &self.request.on_token else { return true };
-        let token = self.request.model.target_vocabulary().token(id);
-        callback(&TokenEvent { example: self.indices[example], step, id, token, is_last })
     }
 }
 

@@ -10,8 +10,7 @@ pub use job::{CompletionCallback, Job};
 use job::Request;
 use workers::Workers;
 
-use crate::backend::Ctx;
-use crate::decode::{beam::beam_search, greedy::greedy_search, Hypotheses, SearchObserver, SearchParams, StartTokens};
+use crate::decode::{Hypotheses, SearchParams, StartTokens};
 use crate::error::{Error, Result};
 use crate::model::TranslationModel;
 
@@ -227,45 +226,6 @@ impl Translator {
         let request = Request::new(Arc::clone(&self.model), source, target_prefix, options, on_token, finish, on_complete);
         self.workers.submit(request.tasks());
         Ok(Job::new(request))
-    }
-}
-
-/// Translates one batch on the calling thread: sources without content get CTranslate2's
-/// shortcut, the others are encoded and searched together. Results are in batch order.
-pub(crate) fn translate_examples(
-    model: &dyn TranslationModel,
-    ctx: &Ctx,
-    sources: &[&[String]],
-    prefixes: &[&[String]],
-    options: &TranslateOptions,
-    observer: &mut dyn SearchObserver,
-) -> Result<Vec<TranslationResult>> {
-    let prepared = PreparedBatch::new(model, sources, prefixes, options)?;
-    if prepared.to_run.is_empty() {
-        return Ok(prepared.results);
-    }
-    let mut session = model.start(ctx, &prepared.source_ids, prepared.output_ids.clone())?;
-    let mut observer = Renumbered { inner: observer, indices: &prepared.to_run };
-    let hyps: Vec<Hypotheses> = if options.beam_size == 1 {
-        greedy_search(ctx, session.as_mut(), &mut observer, &prepared.starts, &prepared.params)
-    } else {
-        beam_search(ctx, session.as_mut(), &observer, &prepared.starts, &prepared.params)
-    };
-    Ok(prepared.complete(model, hyps))
-}
-
-/// An observer of a sub-batch, reporting examples by their index in the whole batch.
-struct Renumbered<'a> {
-    inner: &'a mut dyn SearchObserver,
-    indices: &'a [usize],
-}
-
-impl SearchObserver for Renumbered<'_> {
-    fn cancelled(&self) -> bool {
-        self.inner.cancelled()
-    }
-    fn token(&mut self, example: usize, step: usize, id: u32, is_last: bool) -> bool {
-        self.inner.token(self.indices[example], step, id, is_last)
     }
 }
 
