@@ -82,7 +82,7 @@ fn real_model_beam_examples_equal_their_batch_translated_alone() {
     for compute_type in [ComputeType::Int8, ComputeType::Float32] {
         let model = Model::load_with(&dir, compute_type).unwrap();
         for beam_size in [2, 4] {
-            let options = TranslateOptions { beam_size, ..greedy(12) };
+            let options = TranslateOptions { beam_size, join_batches: Some(true), ..greedy(12) };
             let expected = batch_by_batch(&translator(&model, 1), &source, None, &options);
             for workers in [1, 2] {
                 let got = translator(&model, workers).translate_batch(&source, None, &options).unwrap();
@@ -121,6 +121,7 @@ fn tiny_model_beam_examples_equal_their_batch_translated_alone() {
                         length_penalty,
                         end_token,
                         max_decoding_length: 30,
+                        join_batches: Some(true),
                         ..greedy(max_batch_size)
                     };
                     for prefix in [None, Some(&prefix[..])] {

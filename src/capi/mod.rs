@@ -706,6 +706,7 @@ unsafe fn read_translate_options(
         max_length_factor: o.max_length_factor,
         use_shortlist: o.use_shortlist,
         use_vmap: o.use_vmap,
+        join_batches: None,
     };
     Ok((options, progress, tokens))
 }
