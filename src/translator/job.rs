@@ -217,7 +217,7 @@ impl<T: Send + 'static> Task for BatchTask<T> {
         if !request.claim(self.batch) {
             return; // Already decoded with an earlier batch (continuous batching).
         }
-        if request.is_cancelled() || worker.shutting_down.load(Ordering::SeqCst) {
+        if request.is_stopped(worker) {
             request.finish_batch(self.batch, None);
             return;
         }
@@ -232,13 +232,25 @@ impl<T: Send + 'static> Task for BatchTask<T> {
     }
 }
 
-impl<T> Request<T> {
-    /// The sources and target prefixes of batch `batch`.
-    fn batch_inputs(&self, batch: usize) -> (Vec<&[String]>, Vec<&[String]>) {
+impl<T: Send + 'static> Request<T> {
+    /// Cancelled, or the worker's translator is shutting down: searches stop.
+    fn is_stopped(&self, worker: &Worker) -> bool {
+        self.is_cancelled() || worker.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Batch `batch` ready to decode; `None` when none of its sources needs decoding (the
+    /// batch is then finished here).
+    fn prepare(&self, batch: usize) -> Result<Option<PreparedBatch>> {
         let indices = &self.batches[batch];
-        let sources = indices.iter().map(|&i| self.source[i].as_slice()).collect();
-        let prefixes = indices.iter().map(|&i| self.target_prefix.as_ref().map_or(&[][..], |p| p[i].as_slice())).collect();
-        (sources, prefixes)
+        let sources: Vec<&[String]> = indices.iter().map(|&i| self.source[i].as_slice()).collect();
+        let prefixes: Vec<&[String]> =
+            indices.iter().map(|&i| self.target_prefix.as_ref().map_or(&[][..], |p| p[i].as_slice())).collect();
+        let prepared = PreparedBatch::new(self.model.as_ref(), &sources, &prefixes, &self.options)?;
+        if prepared.to_run.is_empty() {
+            self.finish_batch(batch, Some(Ok(prepared.results)));
+            return Ok(None);
+        }
+        Ok(Some(prepared))
     }
 }
 
@@ -250,13 +262,8 @@ fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, wo
     let mut feed = Feed { request, worker, groups: Vec::new(), examples: Vec::new(), next: batch + 1, refill_below: 0 };
     let outcome = catch(|| {
         worker.install(|| {
-            let model = request.model.as_ref();
-            let (sources, prefixes) = request.batch_inputs(batch);
-            let prepared = PreparedBatch::new(model, &sources, &prefixes, &request.options)?;
-            if prepared.to_run.is_empty() {
-                return Ok(Some(prepared.results));
-            }
-            let mut session = model.start(&worker.ctx, &prepared.source_ids, prepared.output_ids.clone())?;
+            let Some(prepared) = request.prepare(batch)? else { return Ok(()) };
+            let mut session = request.model.start(&worker.ctx, &prepared.source_ids, prepared.output_ids.clone())?;
             // A batch's output restriction (shortlist, vocabulary map) is its own: such
             // batches are decoded alone, as are those of models that cannot take rows in.
             // By default beam search takes no batch in: on the CPU its tails are short (the
@@ -276,21 +283,16 @@ fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, wo
             } else {
                 beam_continuous(&worker.ctx, session.as_mut(), &mut feed, starts, params);
             }
-            Ok(None)
+            Ok(())
         })
     });
-    match outcome {
-        // Nothing to decode: the batch is done already.
-        Ok(Some(results)) => request.finish_batch(batch, Some(Ok(results))),
-        Ok(None) => {}
-        Err(e) => {
-            // The batches taken and not finished get the error (the first one) or nothing.
-            let mut error = Some(e);
-            let unfinished: Vec<usize> = feed.groups.iter().filter(|g| g.prepared.is_some()).map(|g| g.batch).collect();
-            let unfinished = if feed.groups.is_empty() { vec![batch] } else { unfinished };
-            for b in unfinished {
-                request.finish_batch(b, error.take().map(Err));
-            }
+    if let Err(e) = outcome {
+        // The batches taken and not finished get the error (the first one) or nothing.
+        let mut error = Some(e);
+        let unfinished: Vec<usize> = feed.groups.iter().filter(|g| g.prepared.is_some()).map(|g| g.batch).collect();
+        let unfinished = if feed.groups.is_empty() { vec![batch] } else { unfinished };
+        for b in unfinished {
+            request.finish_batch(b, error.take().map(Err));
         }
     }
 }
@@ -321,14 +323,11 @@ impl<T: Send + 'static> Feed<'_, T> {
         self.groups.push(FedBatch { batch, prepared: Some(prepared) });
     }
 
-    fn stopped(&self) -> bool {
-        self.request.is_cancelled() || self.worker.shutting_down.load(Ordering::SeqCst)
-    }
 }
 
 impl<T: Send + 'static> SearchObserver for Feed<'_, T> {
     fn cancelled(&self) -> bool {
-        self.request.cancelled.load(Ordering::Relaxed) || self.worker.shutting_down.load(Ordering::Relaxed)
+        self.request.is_stopped(self.worker)
     }
 
     fn token(&mut self, example: usize, step: usize, id: u32, is_last: bool) -> bool {
@@ -340,7 +339,7 @@ impl<T: Send + 'static> SearchObserver for Feed<'_, T> {
 
 impl<T: Send + 'static> ContinuousSearch for Feed<'_, T> {
     fn next_group(&mut self, ctx: &Ctx, decoder: &mut dyn DecoderSession, alive: usize) -> Option<(Vec<StartTokens>, SearchParams)> {
-        if alive >= self.refill_below || self.stopped() {
+        if alive >= self.refill_below || self.cancelled() {
             return None;
         }
         let request = self.request;
@@ -350,18 +349,14 @@ impl<T: Send + 'static> ContinuousSearch for Feed<'_, T> {
             if !request.claim(batch) {
                 continue;
             }
-            let (sources, prefixes) = request.batch_inputs(batch);
-            let prepared = match PreparedBatch::new(request.model.as_ref(), &sources, &prefixes, &request.options) {
-                Ok(p) => p,
+            let prepared = match request.prepare(batch) {
+                Ok(Some(p)) => p,
+                Ok(None) => continue,
                 Err(e) => {
                     request.finish_batch(batch, Some(Err(e)));
                     return None;
                 }
             };
-            if prepared.to_run.is_empty() {
-                request.finish_batch(batch, Some(Ok(prepared.results)));
-                continue;
-            }
             match decoder.append_sources(ctx, &prepared.source_ids) {
                 Ok(true) => {}
                 outcome => {
@@ -378,7 +373,7 @@ impl<T: Send + 'static> ContinuousSearch for Feed<'_, T> {
     }
 
     fn group_done(&mut self, group: usize, hypotheses: Vec<Hypotheses>) {
-        let stopped = self.stopped();
+        let stopped = self.cancelled();
         let fed = &mut self.groups[group];
         let Some(prepared) = fed.prepared.take() else { return };
         // A batch stopped by a cancellation has incomplete hypotheses: they are dropped.
