@@ -501,28 +501,29 @@ def _check(lib, status: int):
         raise TolkError(status, _last_error(lib))
 
 
-class _Progress:
-    """A Python ``progress(done, total)`` callable as the TolkProgressCallback of one call.
+class _PythonCallback:
+    """A Python callable behind one C callback of one call or job.
 
-    The callable's result: ``None`` or a true value goes on, a false value cancels. An
+    The callable's result: ``None`` or a true value goes on, a false value stops. An
     exception raised by the callable (KeyboardInterrupt included) never crosses into the
     library: it is kept, the library is told to stop, and :meth:`reraise` raises it once
     the call has returned."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, what, c_type):
         if not callable(fn):
-            raise TypeError("progress must be a callable (done, total) -> bool, got %r" % type(fn).__name__)
+            raise TypeError("%s, got %r" % (what, type(fn).__name__))
         self.fn = fn
         self.error = None
         # The ctypes thunk: alive as long as this object, which the caller keeps through
         # the library call.
-        self.c_callback = TolkProgressCallback(self._call)
+        self.c_callback = c_type(self._call)
 
-    def _call(self, user_data, done, total):
+    def _guard(self, arguments):
+        """Calls the callable with ``arguments()`` (made inside the guard too)."""
         if self.error is not None:
             return False
         try:
-            go_on = self.fn(done, total)
+            go_on = self.fn(*arguments())
             return go_on is None or bool(go_on)
         except BaseException as e:  # noqa: B902 -- nothing may unwind into C
             self.error = e
@@ -536,6 +537,17 @@ class _Progress:
                 raise error
             finally:
                 error = None  # no reference cycle through this frame
+
+
+class _Progress(_PythonCallback):
+    """A Python ``progress(done, total)`` callable as the TolkProgressCallback of one call
+    (a false result cancels)."""
+
+    def __init__(self, fn):
+        super().__init__(fn, "progress must be a callable (done, total) -> bool", TolkProgressCallback)
+
+    def _call(self, user_data, done, total):
+        return self._guard(lambda: (done, total))
 
 
 def _set_progress(opts, progress, keep) -> Optional[_Progress]:
@@ -556,43 +568,25 @@ TokenEvent.__doc__ = """A token just generated, as given to ``on_token``: ``inde
 translation so far (text calls; else ``None``) -- and ``is_last``."""
 
 
-class _TokenStream:
+class _TokenStream(_PythonCallback):
     """A Python ``on_token(event)`` callable as the TolkTokenCallback of one call or job.
 
-    It is called on the translator's threads (ctypes takes the GIL). ``None`` or a true
-    result goes on, a false one ends that sentence's translation; an exception is kept
-    (the sentence ends) and raised when the call returns or the job's result is read."""
+    It is called on the translator's threads (ctypes takes the GIL). A false result ends
+    that sentence's translation; an exception is kept (the sentence ends) and raised when
+    the call returns or the job's result is read."""
 
     def __init__(self, fn):
-        if not callable(fn):
-            raise TypeError("on_token must be a callable (event) -> bool, got %r" % type(fn).__name__)
-        self.fn = fn
-        self.error = None
-        self.c_callback = TolkTokenCallback(self._call)
+        super().__init__(fn, "on_token must be a callable (event) -> bool", TolkTokenCallback)
 
     def _call(self, user_data, event_p):
-        if self.error is not None:
-            return False
-        try:
+        def event():
             e = event_p.contents
             text = None
             if e.text:
                 text = ctypes.string_at(e.text, e.text_length).decode("utf-8", "replace")
             token = e.token.decode("utf-8", "replace") if e.token else ""
-            go_on = self.fn(TokenEvent(int(e.index), int(e.sentence), int(e.step), int(e.token_id), token, text,
-                                       bool(e.is_last)))
-            return go_on is None or bool(go_on)
-        except BaseException as exc:  # noqa: B902 -- nothing may unwind into C
-            self.error = exc
-            return False
-
-    def reraise(self):
-        error, self.error = self.error, None
-        if error is not None:
-            try:
-                raise error
-            finally:
-                error = None
+            return (TokenEvent(int(e.index), int(e.sentence), int(e.step), int(e.token_id), token, text, bool(e.is_last)),)
+        return self._guard(event)
 
 
 def _set_on_token(opts, on_token, keep) -> Optional[_TokenStream]:
