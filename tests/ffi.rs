@@ -1137,6 +1137,19 @@ fn the_c_api_loads_models_from_memory() {
 
 /// The README's C example compiles as printed and, where the zh-en model is available
 /// (TOLK_MODELS, else models/ or ../shared/models), translates with it.
+/// Runs `binary` in a fresh folder `name` whose `models` links to `models`: the README's
+/// C code opens models/zh-en-ct2 relative to where it runs.
+fn run_beside_models(binary: &Path, models: &Path, name: &str) -> Output {
+    let cwd = out_dir().join(name);
+    std::fs::create_dir_all(&cwd).unwrap();
+    let link = cwd.join("models");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(std::fs::canonicalize(models).unwrap(), &link).unwrap();
+    let mut cmd = Command::new(binary);
+    cmd.current_dir(&cwd);
+    run(cmd, "")
+}
+
 #[test]
 fn the_readme_c_example_compiles_and_runs() {
     let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
@@ -1149,15 +1162,7 @@ fn the_readme_c_example_compiles_and_runs() {
         eprintln!("zh-en model not found: the README example was compiled, not run");
         return;
     };
-    // The example opens models/zh-en-ct2 relative to where it runs.
-    let cwd = out_dir().join("readme_cwd");
-    std::fs::create_dir_all(&cwd).unwrap();
-    let link = cwd.join("models");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(std::fs::canonicalize(&models).unwrap(), &link).unwrap();
-    let mut cmd = Command::new(&binary);
-    cmd.current_dir(&cwd);
-    let out = run(cmd, "");
+    let out = run_beside_models(&binary, &models, "readme_cwd");
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "README example failed: {}", text(&out.stderr));
     assert!(stdout.contains("love") && stdout.contains("(-"), "README example printed {stdout:?}");
@@ -1190,14 +1195,7 @@ fn the_readme_async_c_fragment_compiles_and_runs() {
         eprintln!("zh-en model not found: the README fragment was compiled, not run");
         return;
     };
-    let cwd = out_dir().join("readme_async_cwd");
-    std::fs::create_dir_all(&cwd).unwrap();
-    let link = cwd.join("models");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(std::fs::canonicalize(&models).unwrap(), &link).unwrap();
-    let mut cmd = Command::new(&binary);
-    cmd.current_dir(&cwd);
-    let out = run(cmd, "");
+    let out = run_beside_models(&binary, &models, "readme_async_cwd");
     assert!(out.status.success(), "README async fragment failed: {}", text(&out.stderr));
     assert!(text(&out.stdout).contains("love"), "README async fragment printed {:?}", text(&out.stdout));
 }
