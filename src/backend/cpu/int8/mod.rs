@@ -11,14 +11,19 @@
 //! products per 32-bit lane). The VNNI kernels need an unsigned left operand, so they read
 //! `x + 128` and subtract the per-column compensation `128 * Σk w` precomputed at packing.
 //! Without VNNI, `vpmaddubsw` would saturate its 16-bit pair sums on `x + 128`, so the
-//! AVX2 and AVX-512BW kernels keep `x` signed and move the sign of one operand onto the other
-//! (products <= 127 * 127, pair sums < 2^15): AVX2 multiplies `|x|` by `vpsignb(w, x)`,
-//! AVX-512BW (which has no `vpsignb`) `|w|` by `x` negated where `w` is negative, its mask
-//! and `|w|` made once per k step for all eight rows. `|x|` and `-x` are precomputed with the
-//! activations, and groups of rows with no negative value (after a ReLU) skip the sign work.
+//! AVX-512BW kernel keeps `x` signed and moves the sign of `w` onto it (products <= 127 *
+//! 127, pair sums < 2^15): `|w|` times `x` negated where `w` is negative, its mask and `|w|`
+//! made once per k step for all eight rows, `-x` precomputed with the activations, and
+//! groups of rows with no negative value (after a ReLU) skip the sign work. The AVX2 kernel
+//! (`avx2`) plans each product: k steps whose `|x|` are small enough multiply `w + 128` by
+//! signed `x`, summing two `vpmaddubsw` in int16, and the rest take the sign trick
+//! (`|x|` times `vpsignb(w, x)`).
 //! Every path is exact and all of them give bit-identical results.
 use super::isa::{self, Isa};
 use super::OutPtr;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
@@ -251,6 +256,9 @@ struct QuantizedRows {
     /// `1 / scale_x` per row.
     inv_scales: Vec<f32>,
     kp: usize,
+    /// Which kernel the AVX2 product runs on each k step (filled with its `|x|` companion).
+    #[cfg(target_arch = "x86_64")]
+    plans: avx2::Plans,
 }
 
 impl QuantizedRows {
@@ -300,6 +308,10 @@ impl QuantizedRows {
             let (group, out) = (&self.data[g * size..(g + 1) * size], &mut self.companion[g * size..(g + 1) * size]);
             let live = MR.min(m - g * MR);
             self.nonnegative.push(derive_companion(group, out, companion == Companion::Magnitude, live));
+        }
+        #[cfg(target_arch = "x86_64")]
+        if companion == Companion::Magnitude {
+            self.plans.fill(&self.data, &self.companion, m, self.kp);
         }
     }
 }
@@ -585,7 +597,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                             #[cfg(target_arch = "x86_64")]
                             Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx2 => x86::tile_avx2(ag, a.companion_group(g), a.nonnegative[g], panel, a.kp, &t),
+                            Isa::Avx2 => avx2::tile(ag, a.companion_group(g), &a.plans.group(g), panel, a.kp, &t),
                             _ => tile_scalar(ag, panel, a.kp, shifted, &t),
                         }
                     }
@@ -641,7 +653,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     /// Issues the lines of `TileOut::prefetch` into L2, one every few k steps of the tile.
-    struct Prefetcher {
+    pub(super) struct Prefetcher {
         ptr: *const u8,
         lines: usize,
         every: usize,
@@ -651,13 +663,13 @@ mod x86 {
 
     impl Prefetcher {
         #[inline(always)]
-        fn new(data: &[u8], steps: usize) -> Prefetcher {
+        pub(super) fn new(data: &[u8], steps: usize) -> Prefetcher {
             let lines = data.len() / 64;
             Prefetcher { ptr: data.as_ptr(), lines, every: steps.div_ceil(lines.max(1)).max(1), line: 0, wait: 0 }
         }
 
         #[inline(always)]
-        unsafe fn step(&mut self) {
+        pub(super) unsafe fn step(&mut self) {
             if self.line < self.lines {
                 if self.wait == 0 {
                     _mm_prefetch::<_MM_HINT_T1>(self.ptr.add(self.line * 64) as *const i8);
@@ -886,51 +898,6 @@ mod x86 {
             t.store(r0 + r, &acc);
         }
     }
-
-    /// AVX2: `vpmaddubsw(|x|, vpsignb(w, x))` then `vpmaddwd` by ones, rows two at a time,
-    /// `|x|` precomputed (`xa`): a `vpabsb` per row, like `vpsignb`, competes with the
-    /// multiplies for their pipes on Zen 5. A group without negative `x` (`nonnegative`, e.g.
-    /// after a ReLU) multiplies `x` by `w` directly.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile_avx2(a: &[u8], xa: &[u8], nonnegative: bool, panel: &[u8], kp: usize, t: &TileOut) {
-        if nonnegative {
-            by_row_pairs!(avx2, false; t, |r| (a, xa, r, panel, kp, t))
-        } else {
-            by_row_pairs!(avx2, true; t, |r| (a, xa, r, panel, kp, t))
-        }
-    }
-
-    #[inline]
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2<const R: usize, const SIGNED: bool>(a: &[u8], xa: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
-        let (a, xa, w) = (a.as_ptr(), xa.as_ptr(), panel.as_ptr());
-        let ones = _mm256_set1_epi16(1);
-        let mut s = [[_mm256_setzero_si256(); 4]; R];
-        let mut pf = Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 4);
-        for g in 0..kp / 4 {
-            pf.step();
-            let wv = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _));
-            for r in 0..R {
-                let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
-                // Without negative values |x| is x, and w needs no sign: vpsignb would only
-                // zero it where x, hence |x|, is zero.
-                let xav = if SIGNED { _mm256_set1_epi32(x4(xa, g, r0 + r)) } else { xv };
-                for j in 0..4 {
-                    let wj = if SIGNED { _mm256_sign_epi8(wv[j], xv) } else { wv[j] };
-                    let p = _mm256_maddubs_epi16(xav, wj);
-                    s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
-                }
-            }
-        }
-        for r in 0..R {
-            let mut acc = [0i32; NR];
-            for j in 0..4 {
-                _mm256_storeu_si256(acc.as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
-            }
-            t.store(r0 + r, &acc);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1009,6 +976,51 @@ mod tests {
                 matmul_i8(&x, &packed, Some(&bias), &mut y, m, 1)
             });
             assert_eq!(y[..m * n], expected, "{isa:?}");
+        }
+    }
+
+    /// Activations shaped like a Transformer's (mostly small, a few large channels, some
+    /// rows all large): the AVX2 plan sends k steps to each of its three kernels (shifted
+    /// octets, shifted quads, the sign trick), rows paired and odd, k with a tail step,
+    /// and the product stays bit-identical to the reference.
+    #[test]
+    fn avx2_plan_uses_every_kernel_and_stays_exact() {
+        if !Isa::Avx2.is_supported() {
+            eprintln!("skipped: no AVX2");
+            return;
+        }
+        let mut seed = 13;
+        for &(m, n, k) in &[(13, 70, 516), (8, 64, 36), (3, 40, 2048), (1, 33, 12)] {
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| {
+                    let (row, col) = (i / k, i % k);
+                    let v = lcg(&mut seed) * 0.3;
+                    if row % 5 == 4 || col % 37 == 0 {
+                        v * 30.0
+                    } else if col % 11 == 0 {
+                        v * 6.0
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
+            let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
+            let packed = PackedI8Matrix::quantize(&w, n, k);
+            let expected = reference(&x, &w, &bias, m, n, k);
+            for threads in [1, 2] {
+                let mut y = vec![f32::NAN; m * n];
+                isa::with_isa(Isa::Avx2, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads));
+                assert_eq!(y, expected, "{m}x{n}x{k} threads={threads}");
+            }
+            let (octets, quads, exact) = ACTIVATIONS.with(|a| {
+                let a = a.borrow();
+                a.plans.kernel_shares(a.kp)
+            });
+            assert_eq!(octets + quads + exact, m.div_ceil(2) * k.div_ceil(4) * 4, "{m}x{n}x{k}");
+            if m > 2 && k > 100 {
+                assert!(octets > 0 && quads > 0 && exact > 0, "{m}x{n}x{k}: {octets} {quads} {exact}");
+            }
         }
     }
 
