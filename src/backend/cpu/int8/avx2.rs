@@ -3,8 +3,7 @@
 //! `vpmaddubsw` multiplies u8 by s8 and saturates each pair sum to int16. The sign trick
 //! (`|x|` times `vpsignb(w, x)`) is exact for any operands but costs a sign instruction per
 //! multiply and a `vpmaddwd` per 32 products, three instructions on the multiply pipes.
-//! Read as u8 `w + 128` instead (a `vpxor` per weight register, shared by the rows) against
-//! signed `x`, each product is at most `255 |x|`: a run of products summed in int16 is exact
+//! Read as u8 `w + 128` instead (as the panels store them) against signed `x`, each product is at most `255 |x|`: a run of products summed in int16 is exact
 //! whenever its `|x|` add up to at most 128. Activations are quantized per row to a maximum
 //! of 127 and most of them are small: on the zh-en model 80% of (pair of rows, 8 k) blocks
 //! and 97% of (pair of rows, 4 k) blocks are within that bound.
@@ -224,7 +223,7 @@ unsafe fn broadcast(a: *const u8, g: usize, r: usize) -> __m256i {
     _mm256_set1_epi32((a.add((g * MR + r) * 4) as *const i32).read_unaligned())
 }
 
-/// Columns `8j..8j + 8` of step `g` of a panel.
+/// Columns `8j..8j + 8` of step `g` of a panel, as stored: `w + 128`.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn load_weights(w: *const u8, g: usize, j: usize) -> __m256i {
@@ -240,7 +239,7 @@ unsafe fn unit<const R: usize>(x: &[u8], magnitude: &[u8], plan: &GroupPlan, r0:
     let masks = &plan.masks[r0 / 2 * words..(r0 / 2 + 1) * words];
     let (octets, groups) = masks.split_at(plan.octet_words);
     let (quads, exact) = groups.split_at(plan.group_words);
-    let (ones, flip) = (_mm256_set1_epi16(1), _mm256_set1_epi8(-128));
+    let ones = _mm256_set1_epi16(1);
     let mut s = [[_mm256_setzero_si256(); 4]; R];
     let mut pf = super::x86::Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 8);
     for_each_bit!(octets, |o| {
@@ -251,7 +250,7 @@ unsafe fn unit<const R: usize>(x: &[u8], magnitude: &[u8], plan: &GroupPlan, r0:
             (xa_[r], xb_[r]) = (broadcast(a, g, r0 + r), broadcast(a, g + 1, r0 + r));
         }
         for j in 0..4 {
-            let (wa, wb) = (_mm256_xor_si256(load_weights(w, g, j), flip), _mm256_xor_si256(load_weights(w, g + 1, j), flip));
+            let (wa, wb) = (load_weights(w, g, j), load_weights(w, g + 1, j));
             for r in 0..R {
                 let p = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa_[r]), _mm256_maddubs_epi16(wb, xb_[r]));
                 s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
@@ -264,7 +263,7 @@ unsafe fn unit<const R: usize>(x: &[u8], magnitude: &[u8], plan: &GroupPlan, r0:
             xv[r] = broadcast(a, g, r0 + r);
         }
         for j in 0..4 {
-            let wj = _mm256_xor_si256(load_weights(w, g, j), flip);
+            let wj = load_weights(w, g, j);
             for r in 0..R {
                 s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_maddubs_epi16(wj, xv[r]), ones));
             }
@@ -274,7 +273,7 @@ unsafe fn unit<const R: usize>(x: &[u8], magnitude: &[u8], plan: &GroupPlan, r0:
         for r in 0..R {
             let (xv, xav) = (broadcast(a, g, r0 + r), broadcast(xa, g, r0 + r));
             for j in 0..4 {
-                let p = _mm256_maddubs_epi16(xav, _mm256_sign_epi8(load_weights(w, g, j), xv));
+                let p = _mm256_maddubs_epi16(xav, _mm256_sign_epi8(super::x86::signed256(w.add(g * NR * 4 + 32 * j)), xv));
                 s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
             }
         }

@@ -8,7 +8,9 @@
 //!
 //! Weights are packed once at load into panels of `NR = 32` output columns, k grouped by
 //! four: `[k/4][32][4]` bytes, the operand layout of `vpdpbusd` (u8 x s8 -> s32, four
-//! products per 32-bit lane). The VNNI kernels need an unsigned left operand, so they read
+//! products per 32-bit lane). A byte holds `w + 128` (`w ^ 0x80`), the unsigned form the
+//! AVX2 kernel's main path multiplies; the other kernels flip it back with one `vpxor` per
+//! weight register, shared by all the rows of a tile. The VNNI kernels need an unsigned left operand, so they read
 //! `x + 128` and subtract the per-column compensation `128 * Σk w` precomputed at packing.
 //! Without VNNI, `vpmaddubsw` would saturate its 16-bit pair sums on `x + 128`, so the
 //! AVX-512BW kernel keeps `x` signed and moves the sign of `w` onto it (products <= 127 *
@@ -31,6 +33,14 @@ pub const NR: usize = 32;
 const MR: usize = 8;
 /// The u8 shift applied to activations for the VNNI kernels.
 const SHIFT: i32 = 128;
+/// The bit that turns a stored weight byte (`w + 128`) into `w` and back.
+const WEIGHT_FLIP: u8 = 0x80;
+
+/// The weight `w` of its stored byte `w + 128`.
+#[inline(always)]
+fn weight(byte: u8) -> i8 {
+    (byte ^ WEIGHT_FLIP) as i8
+}
 
 /// Quantization scale of a row as CTranslate2 computes it.
 pub fn row_scale(v: &[f32]) -> f32 {
@@ -101,7 +111,8 @@ impl PackedI8Matrix {
         assert!(q.len() == n * k && scales.len() == n, "PackedI8Matrix: size mismatch");
         let kp = k.div_ceil(4) * 4;
         let panels = n.div_ceil(NR);
-        let mut data = vec![0u8; panels * kp * NR + 64];
+        // Padding (k past the end, columns past n) holds zero weights.
+        let mut data = vec![WEIGHT_FLIP; panels * kp * NR + 64];
         let start = data.as_ptr().align_offset(64).min(63);
         let mut compensation = vec![0i32; panels * NR];
         for c in 0..n {
@@ -111,7 +122,7 @@ impl PackedI8Matrix {
             for (kk, &v) in q[c * k..(c + 1) * k].iter().enumerate() {
                 let v = v.max(-127);
                 sum += v as i32;
-                panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4] = v as u8;
+                panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4] = v as u8 ^ WEIGHT_FLIP;
             }
             compensation[c] = SHIFT * sum;
         }
@@ -148,7 +159,7 @@ impl PackedI8Matrix {
     pub fn gather_rows(&self, ids: &[u32]) -> PackedI8Matrix {
         let (n, kp) = (ids.len(), self.kp);
         let panels = n.div_ceil(NR);
-        let mut data = vec![0u8; panels * kp * NR + 64];
+        let mut data = vec![WEIGHT_FLIP; panels * kp * NR + 64];
         let start = data.as_ptr().align_offset(64).min(63);
         let mut compensation = vec![0i32; panels * NR];
         for (c, &id) in ids.iter().enumerate() {
@@ -197,7 +208,7 @@ impl PackedI8Matrix {
         let panel = self.panel(i / NR);
         let lane = i % NR;
         for (kk, o) in out[..self.k].iter_mut().enumerate() {
-            *o = panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4] as i8;
+            *o = weight(panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4]);
         }
     }
 
@@ -207,7 +218,7 @@ impl PackedI8Matrix {
         let panel = self.panel(i / NR);
         let (lane, inv_scale) = (i % NR, 1.0 / self.scales[i]);
         for (kk, o) in out[..self.k].iter_mut().enumerate() {
-            *o = (panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4] as i8) as f32 * inv_scale;
+            *o = weight(panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4]) as f32 * inv_scale;
         }
     }
 
@@ -618,8 +629,7 @@ fn tile_intgemm_scalar(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
             let ws = &panel[g * NR * 4..(g + 1) * NR * 4];
             for (c, out) in acc.iter_mut().enumerate() {
                 for pair in [0, 2] {
-                    let sum = xs[pair] as i32 * (ws[c * 4 + pair] as i8 as i32)
-                        + xs[pair + 1] as i32 * (ws[c * 4 + pair + 1] as i8 as i32);
+                    let sum = xs[pair] as i32 * weight(ws[c * 4 + pair]) as i32 + xs[pair + 1] as i32 * weight(ws[c * 4 + pair + 1]) as i32;
                     *out += sum.clamp(i16::MIN as i32, i16::MAX as i32);
                 }
             }
@@ -639,7 +649,7 @@ fn tile_scalar(a: &[u8], panel: &[u8], kp: usize, shifted: bool, t: &TileOut) {
             for (c, out) in acc.iter_mut().enumerate() {
                 for j in 0..4 {
                     let xv = if shifted { xs[j] as i32 } else { xs[j] as i8 as i32 };
-                    *out += xv * (ws[c * 4 + j] as i8 as i32);
+                    *out += xv * weight(ws[c * 4 + j]) as i32;
                 }
             }
         }
@@ -713,6 +723,20 @@ mod x86 {
         }};
     }
 
+    /// 64 stored weight bytes at `w` as the signed weights.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn signed512(w: *const u8) -> __m512i {
+        _mm512_xor_si512(_mm512_loadu_si512(w as *const _), _mm512_set1_epi8(super::WEIGHT_FLIP as i8))
+    }
+
+    /// 32 stored weight bytes at `w` as the signed weights.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn signed256(w: *const u8) -> __m256i {
+        _mm256_xor_si256(_mm256_loadu_si256(w as *const _), _mm256_set1_epi8(super::WEIGHT_FLIP as i8))
+    }
+
     /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
     #[inline(always)]
     unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
@@ -737,8 +761,8 @@ mod x86 {
             // Weights are streamed once per row group: fetch ahead of use.
             _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
-            let w0 = _mm512_loadu_si512(w.add(g * NR * 4) as *const _);
-            let w1 = _mm512_loadu_si512(w.add(g * NR * 4 + 64) as *const _);
+            let w0 = signed512(w.add(g * NR * 4));
+            let w1 = signed512(w.add(g * NR * 4 + 64));
             for r in 0..R {
                 let xv = _mm512_set1_epi32(x4(a, g, r));
                 s0[r] = _mm512_dpbusd_epi32(s0[r], xv, w0);
@@ -780,8 +804,8 @@ mod x86 {
             pf.step();
             _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
-            let w0 = _mm512_loadu_si512(w.add(g * NR * 4) as *const _);
-            let w1 = _mm512_loadu_si512(w.add(g * NR * 4 + 64) as *const _);
+            let w0 = signed512(w.add(g * NR * 4));
+            let w1 = signed512(w.add(g * NR * 4 + 64));
             // Unused (and optimized away) without SIGNED.
             let (n0, n1) = (_mm512_movepi8_mask(w0), _mm512_movepi8_mask(w1));
             let (u0, u1) = (_mm512_abs_epi8(w0), _mm512_abs_epi8(w1));
@@ -820,8 +844,8 @@ mod x86 {
         let mut s0 = [_mm512_setzero_si512(); R];
         let mut s1 = [_mm512_setzero_si512(); R];
         for g in 0..kp / 4 {
-            let w0 = _mm512_loadu_si512(w.add(g * NR * 4) as *const _);
-            let w1 = _mm512_loadu_si512(w.add(g * NR * 4 + 64) as *const _);
+            let w0 = signed512(w.add(g * NR * 4));
+            let w1 = signed512(w.add(g * NR * 4 + 64));
             for r in 0..R {
                 let xv = _mm512_set1_epi32(x4(a, g, r));
                 s0[r] = _mm512_add_epi32(s0[r], _mm512_madd_epi16(_mm512_maddubs_epi16(xv, w0), ones));
@@ -850,7 +874,7 @@ mod x86 {
         let ones = _mm256_set1_epi16(1);
         let mut s = [[_mm256_setzero_si256(); 4]; R];
         for g in 0..kp / 4 {
-            let wv = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _));
+            let wv = [0, 1, 2, 3].map(|j| signed256(w.add(g * NR * 4 + 32 * j)));
             for r in 0..R {
                 let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
                 for j in 0..4 {
@@ -882,7 +906,7 @@ mod x86 {
         let mut pf = Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 4);
         for g in 0..kp / 4 {
             pf.step();
-            let wv = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _));
+            let wv = [0, 1, 2, 3].map(|j| signed256(w.add(g * NR * 4 + 32 * j)));
             for r in 0..R {
                 let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
                 for j in 0..4 {
