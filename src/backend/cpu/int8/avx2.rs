@@ -3,57 +3,99 @@
 //! `vpmaddubsw` multiplies u8 by s8 and saturates each pair sum to int16. The sign trick
 //! (`|x|` times `vpsignb(w, x)`) is exact for any operands but costs a sign instruction per
 //! multiply and a `vpmaddwd` per 32 products, three instructions on the multiply pipes.
-//! Read as u8 `w + 128` instead (as the panels store them) against signed `x`, each product is at most `255 |x|`: a run of products summed in int16 is exact
-//! whenever its `|x|` add up to at most 128. Activations are quantized per row to a maximum
-//! of 127 and most of them are small: on the zh-en model 80% of (pair of rows, 8 k) blocks
-//! and 97% of (pair of rows, 4 k) blocks are within that bound.
+//! Read as u8 `w + 128` instead (as the panels store them) against signed `x`, a run of
+//! products summed in int16 is `Σ w x + 128 Σ x`, at most `127 Σ|x| + 128 |Σ x|` in
+//! magnitude: exact whenever `Σ|x| + |Σ x| <= 256`, for each pair `vpmaddubsw` sums and for
+//! each int16 lane's whole run (`vpaddw` wraps, so only the final sum has to fit).
+//! Activations are quantized per row to a maximum of 127 and most of them are small, with
+//! mixed signs.
 //!
 //! So each product first plans, per unit of rows (a pair, or a group's odd last row), which
 //! kernel takes each k step: `octets` (8 k: two `vpmaddubsw` summed in int16, one
-//! `vpmaddwd`, 1.5 multiply instructions per 32 products), `quads` (4 k: one of each) or
-//! `exact` (4 k through the sign trick). Integer sums are exact in any order, so the result
-//! is the reference's bit for bit; the shift adds `128 Σ x` over the shifted steps, which
-//! the unit subtracts before the epilogue.
+//! `vpmaddwd`: 1.5 multiply instructions per 32 products), `quads` (4 k: one of each) or
+//! `exact` (4 k through the sign trick). On the zh-en model about 85% of the products
+//! take octets and 1% the sign trick. (Runs of 16 k, four `vpmaddubsw` per `vpmaddwd`,
+//! were tried: 70% of the products qualify, but two rows of them spill registers and one
+//! row at a time gained nothing end to end.) Integer sums are exact in any order, so the result is the
+//! reference's bit for bit; the shift adds `128 Σ x` over the shifted steps, which the unit
+//! subtracts before the epilogue.
 use super::{TileOut, MR, NR};
 use std::arch::x86_64::*;
 
-/// The largest `Σ |x|` of products that one int16 lane may sum with `w + 128 <= 255`.
-const LANE_BUDGET: i16 = 128;
+/// The largest `Σ|x| + |Σ x|` of a run of products one int16 lane may sum (see the module
+/// doc): `127 a + 128 s <= 32767` holds for `a + s <= 256`, as `s <= a`.
+const LANE_BUDGET: i16 = 256;
 /// Units of rows per interleaved group of `MR` rows.
 const UNITS: usize = MR / 2;
 
-/// The plans of one product's rows: per unit, bit masks over the k steps (`octets`, then
-/// `quads` and `exact` over 4-k groups), and per row the compensation `128 Σ x` of its
-/// shifted steps.
+/// The kernels of a plan, by the k steps one takes: mask `Kind as usize` of a unit.
+#[derive(Clone, Copy)]
+enum Kind {
+    Octets,
+    Quads,
+    Exact,
+}
+
+/// Where each kind's mask starts in a unit's words, and the unit's size.
+#[derive(Clone, Copy, Default)]
+struct MaskLayout {
+    start: [usize; 3],
+    words: usize,
+}
+
+impl MaskLayout {
+    fn new(kp: usize) -> MaskLayout {
+        let sizes = [(kp / 8).div_ceil(64), (kp / 4).div_ceil(64), (kp / 4).div_ceil(64)];
+        let mut start = [0; 3];
+        for i in 1..3 {
+            start[i] = start[i - 1] + sizes[i - 1];
+        }
+        MaskLayout { start, words: start[2] + sizes[2] }
+    }
+
+    fn mask(&self, unit: &[u64], kind: Kind) -> (usize, usize) {
+        let i = kind as usize;
+        let end = if i == 2 { self.words } else { self.start[i + 1] };
+        debug_assert!(unit.len() >= end);
+        (self.start[i], end)
+    }
+}
+
+/// The plans of one product's rows: per unit, bit masks over the k steps of each kind, and
+/// per row the compensation `128 Σ x` of its shifted steps.
 #[derive(Default)]
 pub(super) struct Plans {
     masks: Vec<u64>,
     compensation: Vec<i32>,
-    /// u64 words of the octet mask and of each 4-k group mask.
-    octet_words: usize,
-    group_words: usize,
+    layout: MaskLayout,
 }
 
 /// The plan of one group of `MR` rows, as the kernel reads it.
 pub(super) struct GroupPlan<'a> {
     masks: &'a [u64],
     compensation: &'a [i32],
-    octet_words: usize,
-    group_words: usize,
+    layout: MaskLayout,
+}
+
+impl GroupPlan<'_> {
+    fn unit(&self, u: usize) -> &[u64] {
+        &self.masks[u * self.layout.words..(u + 1) * self.layout.words]
+    }
+
+    fn steps(&self, u: usize, kind: Kind) -> &[u64] {
+        let unit = self.unit(u);
+        let (a, b) = self.layout.mask(unit, kind);
+        &unit[a..b]
+    }
 }
 
 impl Plans {
-    fn unit_words(&self) -> usize {
-        self.octet_words + 2 * self.group_words
-    }
-
     /// Plans the `m` rows of `x` (interleaved groups of `MR` rows, `[kp/4][MR][4]` bytes
     /// each) given their magnitudes `magnitude` in the same layout.
     pub(super) fn fill(&mut self, x: &[u8], magnitude: &[u8], m: usize, kp: usize) {
         let groups = m.div_ceil(MR);
-        self.octet_words = (kp / 8).div_ceil(64);
-        self.group_words = (kp / 4).div_ceil(64);
-        let words = self.unit_words();
+        self.layout = MaskLayout::new(kp);
+        let words = self.layout.words;
         self.masks.clear();
         self.masks.resize(groups * UNITS * words, 0);
         if self.compensation.len() < groups * MR {
@@ -62,38 +104,37 @@ impl Plans {
         let size = kp * MR;
         for g in 0..groups {
             let live = MR.min(m - g * MR);
+            let planner = GroupPlanner {
+                x: &x[g * size..(g + 1) * size],
+                magnitude: &magnitude[g * size..(g + 1) * size],
+                live,
+                layout: self.layout,
+            };
             let masks = &mut self.masks[g * UNITS * words..(g + 1) * UNITS * words];
-            let compensation = &mut self.compensation[g * MR..(g + 1) * MR];
             // SAFETY: `Plans` is filled only for the AVX2 kernel, i.e. on a CPU with AVX2
             // (see Companion::of); both slices hold `kp / 4` steps of `MR` rows.
-            unsafe {
-                plan_group(&x[g * size..(g + 1) * size], &magnitude[g * size..(g + 1) * size], kp, live, masks, (self.octet_words, self.group_words), compensation)
-            };
+            unsafe { planner.plan(kp, masks, &mut self.compensation[g * MR..(g + 1) * MR]) };
         }
     }
 
     pub(super) fn group(&self, g: usize) -> GroupPlan<'_> {
-        let words = self.unit_words();
+        let words = self.layout.words;
         GroupPlan {
             masks: &self.masks[g * UNITS * words..(g + 1) * UNITS * words],
             compensation: &self.compensation[g * MR..(g + 1) * MR],
-            octet_words: self.octet_words,
-            group_words: self.group_words,
+            layout: self.layout,
         }
     }
 
-    /// How many (unit, step) pairs take each kernel, in multiply-adds of one row:
-    /// `(octets, quads, exact)` (for tests and benchmarks).
+    /// Multiply-adds of one row taken by each kind, summed over the units (for tests).
     #[cfg(test)]
-    pub(super) fn kernel_shares(&self, kp: usize) -> (usize, usize, usize) {
-        let words = self.unit_words();
-        let ones = |w: &[u64]| w.iter().map(|v| v.count_ones() as usize).sum::<usize>();
-        let mut shares = (0, 0, 0);
-        for unit in self.masks.chunks_exact(words.max(1)).filter(|_| kp > 0) {
-            let (octets, groups) = unit.split_at(self.octet_words);
-            shares.0 += 8 * ones(octets);
-            shares.1 += 4 * ones(&groups[..self.group_words]);
-            shares.2 += 4 * ones(&groups[self.group_words..]);
+    pub(super) fn kernel_shares(&self) -> [usize; 3] {
+        let mut shares = [0; 3];
+        for unit in self.masks.chunks_exact(self.layout.words.max(1)) {
+            for (i, kind) in [Kind::Octets, Kind::Quads, Kind::Exact].into_iter().enumerate() {
+                let (a, b) = self.layout.mask(unit, kind);
+                shares[i] += [8, 4, 4][i] * unit[a..b].iter().map(|v| v.count_ones() as usize).sum::<usize>();
+            }
         }
         shares
     }
@@ -113,78 +154,106 @@ unsafe fn load_step(v: &[u8], g: usize) -> __m256i {
     _mm256_loadu_si256(v.as_ptr().add(g * 4 * MR) as *const _)
 }
 
-/// One movemask bit per byte of the int16 lanes over the budget: bytes `4r..4r + 4` are
-/// row `r`'s two lanes.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn over_budget(sums: __m256i) -> u32 {
-    _mm256_movemask_epi8(_mm256_cmpgt_epi16(sums, _mm256_set1_epi16(LANE_BUDGET))) as u32
+/// A run's sums per int16 lane (two lanes per row: k = 0, 1 and k = 2, 3 of each step):
+/// `Σ|x|` and `Σ x`.
+#[derive(Clone, Copy)]
+struct LaneSums {
+    magnitude: __m256i,
+    signed: __m256i,
+}
+
+impl LaneSums {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn add(self, other: LaneSums) -> LaneSums {
+        LaneSums { magnitude: _mm256_add_epi16(self.magnitude, other.magnitude), signed: _mm256_add_epi16(self.signed, other.signed) }
+    }
+
+    /// One movemask bit per byte of the lanes over the budget: bytes `4r..4r + 4` are row
+    /// `r`'s two lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn over_budget(self) -> u32 {
+        let need = _mm256_add_epi16(self.magnitude, _mm256_abs_epi16(self.signed));
+        _mm256_movemask_epi8(_mm256_cmpgt_epi16(need, _mm256_set1_epi16(LANE_BUDGET))) as u32
+    }
 }
 
 /// Plans the units of one row group: see the module doc. `live` rows of the `MR` hold data.
-#[target_feature(enable = "avx2")]
-unsafe fn plan_group(x: &[u8], magnitude: &[u8], kp: usize, live: usize, masks: &mut [u64], (octet_words, group_words): (usize, usize), compensation: &mut [i32]) {
-    let steps = kp / 4;
-    let words = octet_words + 2 * group_words;
-    let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
-    let unit_bits: [u32; UNITS] = std::array::from_fn(|u| {
-        let first = if 2 * u < live { 0xf << (8 * u) } else { 0 };
-        let second = if 2 * u + 1 < live { 0xf0 << (8 * u) } else { 0 };
-        first | second
-    });
-    let mut exact_sum = [0i32; MR];
-    // Group `g` alone for the units in `units`: shifted within the budget, else exact.
-    let mut group_alone = |g: usize, over: u32, units: u32, masks: &mut [u64]| {
-        for (u, &bits) in unit_bits.iter().enumerate() {
+struct GroupPlanner<'a> {
+    x: &'a [u8],
+    magnitude: &'a [u8],
+    live: usize,
+    layout: MaskLayout,
+}
+
+impl GroupPlanner<'_> {
+    /// The movemask bits of each unit's live rows (zero for a unit without rows).
+    fn unit_bits(&self) -> [u32; UNITS] {
+        std::array::from_fn(|u| {
+            let first = if 2 * u < self.live { 0xf << (8 * u) } else { 0 };
+            let second = if 2 * u + 1 < self.live { 0xf0 << (8 * u) } else { 0 };
+            first | second
+        })
+    }
+
+    /// Marks step `i` of `kind` for the units among `units` whose lanes are within budget
+    /// (`over`); returns the bits of the others.
+    fn mark(&self, masks: &mut [u64], kind: Kind, i: usize, over: u32, units: u32) -> u32 {
+        let mut rest = 0;
+        for (u, bits) in self.unit_bits().into_iter().enumerate() {
             if bits & units == 0 {
                 continue;
             }
-            let unit = &mut masks[u * words + octet_words..(u + 1) * words];
             if over & bits == 0 {
-                set(&mut unit[..group_words], g);
+                let unit = &mut masks[u * self.layout.words..(u + 1) * self.layout.words];
+                let (a, b) = self.layout.mask(unit, kind);
+                set(&mut unit[a..b], i);
             } else {
-                set(&mut unit[group_words..], g);
-                for r in (2 * u..2 * u + 2).filter(|&r| r < live) {
-                    exact_sum[r] += x[(g * MR + r) * 4..(g * MR + r) * 4 + 4].iter().map(|&v| v as i8 as i32).sum::<i32>();
+                rest |= bits;
+            }
+        }
+        rest
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn plan(&self, kp: usize, masks: &mut [u64], compensation: &mut [i32]) {
+        let steps = kp / 4;
+        let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+        let all = self.unit_bits().iter().fold(0, |a, b| a | b);
+        let mut total = _mm256_setzero_si256();
+        let mut exact_sum = [0i32; MR];
+        let mut sums = [LaneSums { magnitude: _mm256_setzero_si256(), signed: _mm256_setzero_si256() }; 2];
+        let mut g = 0;
+        while g < steps {
+            let run = 2.min(steps - g);
+            for (i, sum) in sums.iter_mut().enumerate().take(run) {
+                let signed = _mm256_maddubs_epi16(ones8, load_step(self.x, g + i));
+                *sum = LaneSums { magnitude: _mm256_maddubs_epi16(load_step(self.magnitude, g + i), ones8), signed };
+                total = _mm256_add_epi32(total, _mm256_madd_epi16(signed, ones16));
+            }
+            // Units over budget for the octet (or a lone last step) try each quad.
+            let mut split = all;
+            if run == 2 {
+                let (a, b) = (sums[0], sums[1]);
+                let over = a.over_budget() | b.over_budget() | a.add(b).over_budget();
+                split = self.mark(masks, Kind::Octets, g / 2, over, all);
+            }
+            for i in (0..run).filter(|_| split != 0) {
+                let exact = self.mark(masks, Kind::Quads, g + i, sums[i].over_budget(), split);
+                self.mark(masks, Kind::Exact, g + i, 0, exact);
+                for r in (0..self.live).filter(|&r| exact & (0xf << (4 * r)) != 0) {
+                    let bytes = &self.x[((g + i) * MR + r) * 4..((g + i) * MR + r) * 4 + 4];
+                    exact_sum[r] += bytes.iter().map(|&v| v as i8 as i32).sum::<i32>();
                 }
             }
+            g += run;
         }
-    };
-    let all = unit_bits.iter().fold(0, |a, b| a | b);
-    let mut total = _mm256_setzero_si256();
-    let mut g = 0;
-    while g < steps {
-        // Per row: its two pair sums of |x| (int16), and Σ x of the step (int32).
-        let pair_a = _mm256_maddubs_epi16(load_step(magnitude, g), ones8);
-        total = _mm256_add_epi32(total, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load_step(x, g)), ones16));
-        if g + 1 == steps {
-            group_alone(g, over_budget(pair_a), all, masks);
-            break;
+        let mut totals = [0i32; MR];
+        _mm256_storeu_si256(totals.as_mut_ptr() as *mut _, total);
+        for r in 0..MR {
+            compensation[r] = 128 * (totals[r] - exact_sum[r]);
         }
-        let pair_b = _mm256_maddubs_epi16(load_step(magnitude, g + 1), ones8);
-        total = _mm256_add_epi32(total, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load_step(x, g + 1)), ones16));
-        let over8 = over_budget(_mm256_add_epi16(pair_a, pair_b));
-        let mut split = 0u32;
-        for (u, &bits) in unit_bits.iter().enumerate() {
-            if bits == 0 {
-                continue;
-            }
-            if over8 & bits == 0 {
-                set(&mut masks[u * words..u * words + octet_words], g / 2);
-            } else {
-                split |= bits;
-            }
-        }
-        if split != 0 {
-            group_alone(g, over_budget(pair_a), split, masks);
-            group_alone(g + 1, over_budget(pair_b), split, masks);
-        }
-        g += 2;
-    }
-    let mut totals = [0i32; MR];
-    _mm256_storeu_si256(totals.as_mut_ptr() as *mut _, total);
-    for r in 0..MR {
-        compensation[r] = 128 * (totals[r] - exact_sum[r]);
     }
 }
 
@@ -235,10 +304,9 @@ unsafe fn load_weights(w: *const u8, g: usize, j: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn unit<const R: usize>(x: &[u8], magnitude: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
     let (a, xa, w) = (x.as_ptr(), magnitude.as_ptr(), panel.as_ptr());
-    let words = plan.octet_words + 2 * plan.group_words;
-    let masks = &plan.masks[r0 / 2 * words..(r0 / 2 + 1) * words];
-    let (octets, groups) = masks.split_at(plan.octet_words);
-    let (quads, exact) = groups.split_at(plan.group_words);
+    let unit = r0 / 2;
+    let octets = plan.steps(unit, Kind::Octets);
+    let (quads, exact) = (plan.steps(unit, Kind::Quads), plan.steps(unit, Kind::Exact));
     let ones = _mm256_set1_epi16(1);
     let mut s = [[_mm256_setzero_si256(); 4]; R];
     let mut pf = super::x86::Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 8);
