@@ -91,8 +91,8 @@ impl GroupPlan<'_> {
 
 impl Plans {
     /// Plans the `m` rows of `x` (interleaved groups of `MR` rows, `[kp/4][MR][4]` bytes
-    /// each) given their magnitudes `magnitude` in the same layout.
-    pub(super) fn fill(&mut self, x: &[u8], magnitude: &[u8], m: usize, kp: usize) {
+    /// each).
+    pub(super) fn fill(&mut self, x: &[u8], m: usize, kp: usize) {
         let groups = m.div_ceil(MR);
         self.layout = MaskLayout::new(kp);
         let words = self.layout.words;
@@ -104,15 +104,10 @@ impl Plans {
         let size = kp * MR;
         for g in 0..groups {
             let live = MR.min(m - g * MR);
-            let planner = GroupPlanner {
-                x: &x[g * size..(g + 1) * size],
-                magnitude: &magnitude[g * size..(g + 1) * size],
-                live,
-                layout: self.layout,
-            };
+            let planner = GroupPlanner::new(&x[g * size..(g + 1) * size], live, self.layout);
             let masks = &mut self.masks[g * UNITS * words..(g + 1) * UNITS * words];
             // SAFETY: `Plans` is filled only for the AVX2 kernel, i.e. on a CPU with AVX2
-            // (see Companion::of); both slices hold `kp / 4` steps of `MR` rows.
+            // (see Companion::of); the group holds `kp / 4` steps of `MR` rows.
             unsafe { planner.plan(kp, masks, &mut self.compensation[g * MR..(g + 1) * MR]) };
         }
     }
@@ -182,26 +177,28 @@ impl LaneSums {
 /// Plans the units of one row group: see the module doc. `live` rows of the `MR` hold data.
 struct GroupPlanner<'a> {
     x: &'a [u8],
-    magnitude: &'a [u8],
     live: usize,
     layout: MaskLayout,
+    /// The movemask bits of each unit's live rows (zero for a unit without rows).
+    unit_bits: [u32; UNITS],
 }
 
 impl GroupPlanner<'_> {
-    /// The movemask bits of each unit's live rows (zero for a unit without rows).
-    fn unit_bits(&self) -> [u32; UNITS] {
-        std::array::from_fn(|u| {
-            let first = if 2 * u < self.live { 0xf << (8 * u) } else { 0 };
-            let second = if 2 * u + 1 < self.live { 0xf0 << (8 * u) } else { 0 };
+    fn new(x: &[u8], live: usize, layout: MaskLayout) -> GroupPlanner<'_> {
+        let unit_bits = std::array::from_fn(|u| {
+            let first = if 2 * u < live { 0xf << (8 * u) } else { 0 };
+            let second = if 2 * u + 1 < live { 0xf0 << (8 * u) } else { 0 };
             first | second
-        })
+        });
+        GroupPlanner { x, live, layout, unit_bits }
     }
 
     /// Marks step `i` of `kind` for the units among `units` whose lanes are within budget
     /// (`over`); returns the bits of the others.
+    #[inline(always)]
     fn mark(&self, masks: &mut [u64], kind: Kind, i: usize, over: u32, units: u32) -> u32 {
         let mut rest = 0;
-        for (u, bits) in self.unit_bits().into_iter().enumerate() {
+        for (u, bits) in self.unit_bits.into_iter().enumerate() {
             if bits & units == 0 {
                 continue;
             }
@@ -220,7 +217,7 @@ impl GroupPlanner<'_> {
     unsafe fn plan(&self, kp: usize, masks: &mut [u64], compensation: &mut [i32]) {
         let steps = kp / 4;
         let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
-        let all = self.unit_bits().iter().fold(0, |a, b| a | b);
+        let all = self.unit_bits.iter().fold(0, |a, b| a | b);
         let mut total = _mm256_setzero_si256();
         let mut exact_sum = [0i32; MR];
         let mut sums = [LaneSums { magnitude: _mm256_setzero_si256(), signed: _mm256_setzero_si256() }; 2];
@@ -229,7 +226,8 @@ impl GroupPlanner<'_> {
             let run = 2.min(steps - g);
             for (i, sum) in sums.iter_mut().enumerate().take(run) {
                 let signed = _mm256_maddubs_epi16(ones8, load_step(self.x, g + i));
-                *sum = LaneSums { magnitude: _mm256_maddubs_epi16(load_step(self.magnitude, g + i), ones8), signed };
+                let magnitude = _mm256_abs_epi8(load_step(self.x, g + i));
+                *sum = LaneSums { magnitude: _mm256_maddubs_epi16(magnitude, ones8), signed };
                 total = _mm256_add_epi32(total, _mm256_madd_epi16(signed, ones16));
             }
             // Units over budget for the octet (or a lone last step) try each quad.
@@ -271,17 +269,17 @@ macro_rules! for_each_bit {
     };
 }
 
-/// The product of one row group (`x`, its magnitudes `magnitude`, its plan) with one
+/// The product of one row group (`x` and its plan) with one
 /// panel: rows two at a time (a unit), then the odd one.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn tile(x: &[u8], magnitude: &[u8], plan: &GroupPlan, panel: &[u8], kp: usize, t: &TileOut) {
+pub(super) unsafe fn tile(x: &[u8], plan: &GroupPlan, panel: &[u8], kp: usize, t: &TileOut) {
     let mut r = 0;
     while r + 2 <= t.rows {
-        unit::<2>(x, magnitude, plan, r, panel, kp, t);
+        unit::<2>(x, plan, r, panel, kp, t);
         r += 2;
     }
     if r < t.rows {
-        unit::<1>(x, magnitude, plan, r, panel, kp, t);
+        unit::<1>(x, plan, r, panel, kp, t);
     }
 }
 
@@ -302,8 +300,8 @@ unsafe fn load_weights(w: *const u8, g: usize, j: usize) -> __m256i {
 #[inline]
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn unit<const R: usize>(x: &[u8], magnitude: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
-    let (a, xa, w) = (x.as_ptr(), magnitude.as_ptr(), panel.as_ptr());
+unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
+    let (a, w) = (x.as_ptr(), panel.as_ptr());
     let unit = r0 / 2;
     let octets = plan.steps(unit, Kind::Octets);
     let (quads, exact) = (plan.steps(unit, Kind::Quads), plan.steps(unit, Kind::Exact));
@@ -339,7 +337,8 @@ unsafe fn unit<const R: usize>(x: &[u8], magnitude: &[u8], plan: &GroupPlan, r0:
     });
     for_each_bit!(exact, |g| {
         for r in 0..R {
-            let (xv, xav) = (broadcast(a, g, r0 + r), broadcast(xa, g, r0 + r));
+            let xv = broadcast(a, g, r0 + r);
+            let xav = _mm256_abs_epi8(xv);
             for j in 0..4 {
                 let p = _mm256_maddubs_epi16(xav, _mm256_sign_epi8(super::x86::signed256(w.add(g * NR * 4 + 32 * j)), xv));
                 s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));

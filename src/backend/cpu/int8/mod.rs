@@ -236,10 +236,10 @@ impl PackedI8Matrix {
 #[derive(Clone, Copy, PartialEq)]
 enum Companion {
     None,
-    /// `|x|`, the unsigned operand of the AVX2 kernel.
-    Magnitude,
     /// `-x`, blended with `x` by the AVX-512BW kernel.
     Negation,
+    /// No second form, but a plan of which kernel takes each k step (`avx2::Plans`).
+    Avx2Plan,
 }
 
 impl Companion {
@@ -247,7 +247,7 @@ impl Companion {
     fn of(isa: Isa, intgemm: bool) -> Companion {
         match isa {
             _ if intgemm => Companion::None,
-            Isa::Avx2 => Companion::Magnitude,
+            Isa::Avx2 => Companion::Avx2Plan,
             Isa::Avx512Bw => Companion::Negation,
             _ => Companion::None,
         }
@@ -305,10 +305,13 @@ impl QuantizedRows {
     }
 
     /// Derives `companion` from the `m` rows of `data` and marks the groups without negative
-    /// values.
+    /// values, or plans the AVX2 product.
     fn fill_companion(&mut self, m: usize, companion: Companion) {
-        if companion == Companion::None {
-            return;
+        match companion {
+            Companion::None => return,
+            #[cfg(target_arch = "x86_64")]
+            Companion::Avx2Plan => return self.plans.fill(&self.data, m, self.kp),
+            _ => {}
         }
         let (groups, size) = (m.div_ceil(MR), self.kp * MR);
         if self.companion.len() < groups * size {
@@ -318,29 +321,19 @@ impl QuantizedRows {
         for g in 0..groups {
             let (group, out) = (&self.data[g * size..(g + 1) * size], &mut self.companion[g * size..(g + 1) * size]);
             let live = MR.min(m - g * MR);
-            self.nonnegative.push(derive_companion(group, out, companion == Companion::Magnitude, live));
-        }
-        #[cfg(target_arch = "x86_64")]
-        if companion == Companion::Magnitude {
-            self.plans.fill(&self.data, &self.companion, m, self.kp);
+            self.nonnegative.push(derive_negation(group, out, live));
         }
     }
 }
 
-/// `|x|` (`magnitude`) or `-x` of one interleaved row group into `out`; returns whether its
-/// first `live` rows hold no negative value (the stale ones past `m` are multiplied but
-/// never stored, so they do not count).
-fn derive_companion(group: &[u8], out: &mut [u8], magnitude: bool, live: usize) -> bool {
+/// `-x` of one interleaved row group into `out`; returns whether its first `live` rows
+/// hold no negative value (the stale ones past `m` are multiplied but never stored, so
+/// they do not count).
+fn derive_negation(group: &[u8], out: &mut [u8], live: usize) -> bool {
     #[inline(always)]
-    fn generic(group: &[u8], out: &mut [u8], magnitude: bool, live: usize) -> bool {
-        if magnitude {
-            for (c, &v) in out.iter_mut().zip(group) {
-                *c = (v as i8).unsigned_abs();
-            }
-        } else {
-            for (c, &v) in out.iter_mut().zip(group) {
-                *c = (v as i8).wrapping_neg() as u8;
-            }
+    fn generic(group: &[u8], out: &mut [u8], live: usize) -> bool {
+        for (c, &v) in out.iter_mut().zip(group) {
+            *c = (v as i8).wrapping_neg() as u8;
         }
         // The live bytes ORed a whole k step at a time (the stale ones masked off) and
         // without an early exit, so that the loop is vectorized.
@@ -353,7 +346,7 @@ fn derive_companion(group: &[u8], out: &mut [u8], magnitude: bool, live: usize) 
         }
         signs.iter().all(|&s| s < 0x80)
     }
-    super::isa::dispatch_isa!(generic(group: &[u8], out: &mut [u8], magnitude: bool, live: usize) -> bool)
+    super::isa::dispatch_isa!(generic(group: &[u8], out: &mut [u8], live: usize) -> bool)
 }
 
 thread_local! {
@@ -608,7 +601,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                             #[cfg(target_arch = "x86_64")]
                             Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx2 => avx2::tile(ag, a.companion_group(g), &a.plans.group(g), panel, a.kp, &t),
+                            Isa::Avx2 => avx2::tile(ag, &a.plans.group(g), panel, a.kp, &t),
                             _ => tile_scalar(ag, panel, a.kp, shifted, &t),
                         }
                     }
