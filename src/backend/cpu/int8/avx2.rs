@@ -11,15 +11,16 @@
 //! mixed signs.
 //!
 //! So each product first plans, per unit of rows (a pair, or a group's odd last row), which
-//! kernel takes each k step: `octets` (8 k: two `vpmaddubsw` summed in int16, one
-//! `vpmaddwd`: 1.5 multiply instructions per 32 products), `quads` (4 k: one of each) or
-//! `exact` (4 k through the sign trick). On the zh-en model about 85% of the products
-//! take octets and 1% the sign trick. (Runs of 16 k, four `vpmaddubsw` per `vpmaddwd`,
-//! were tried: 70% of the products qualify, but two rows of them spill registers; one row
-//! at a time, or two rows 16 columns at a time, gained 8-10% on gemm_bench's large shapes,
-//! lost 30% at m = 1 and nothing end to end.) Integer sums are exact in any order, so the result is the
-//! reference's bit for bit; the shift adds `128 Σ x` over the shifted steps, which the unit
-//! subtracts before the epilogue.
+//! kernel takes each k step: `hexadecets` (16 k: four `vpmaddubsw` summed in int16, one
+//! `vpmaddwd`; pairs of rows only, 16 columns at a time so that they fit the registers),
+//! `octets` (8 k: two and one), `quads` (4 k: one of each) or `exact` (4 k through the sign
+//! trick). On the zh-en model about 70% of the products take hexadecets and 1% the sign
+//! trick. Integer sums are exact in any order, so the result is the reference's bit for
+//! bit; the shift adds `128 Σ x` over the shifted steps, which the unit subtracts before
+//! the epilogue. (Octets cost 1.5 multiply instructions per 32 products, against 3 for the
+//! sign trick; hexadecets 1.25. A single row stays on octets: hexadecets there read the
+//! panel in two passes and lost 30% at m = 1, where the weights' bandwidth bounds it.)
+
 use super::{TileOut, MR, NR};
 use std::arch::x86_64::*;
 
@@ -32,6 +33,7 @@ const UNITS: usize = MR / 2;
 /// The kernels of a plan, by the k steps one takes: mask `Kind as usize` of a unit.
 #[derive(Clone, Copy)]
 enum Kind {
+    Hexadecets,
     Octets,
     Quads,
     Exact,
@@ -40,23 +42,23 @@ enum Kind {
 /// Where each kind's mask starts in a unit's words, and the unit's size.
 #[derive(Clone, Copy, Default)]
 struct MaskLayout {
-    start: [usize; 3],
+    start: [usize; 4],
     words: usize,
 }
 
 impl MaskLayout {
     fn new(kp: usize) -> MaskLayout {
-        let sizes = [(kp / 8).div_ceil(64), (kp / 4).div_ceil(64), (kp / 4).div_ceil(64)];
-        let mut start = [0; 3];
-        for i in 1..3 {
+        let sizes = [(kp / 16).div_ceil(64), (kp / 8).div_ceil(64), (kp / 4).div_ceil(64), (kp / 4).div_ceil(64)];
+        let mut start = [0; 4];
+        for i in 1..4 {
             start[i] = start[i - 1] + sizes[i - 1];
         }
-        MaskLayout { start, words: start[2] + sizes[2] }
+        MaskLayout { start, words: start[3] + sizes[3] }
     }
 
     fn mask(&self, unit: &[u64], kind: Kind) -> (usize, usize) {
         let i = kind as usize;
-        let end = if i == 2 { self.words } else { self.start[i + 1] };
+        let end = if i == 3 { self.words } else { self.start[i + 1] };
         debug_assert!(unit.len() >= end);
         (self.start[i], end)
     }
@@ -124,12 +126,12 @@ impl Plans {
 
     /// Multiply-adds of one row taken by each kind, summed over the units (for tests).
     #[cfg(test)]
-    pub(super) fn kernel_shares(&self) -> [usize; 3] {
-        let mut shares = [0; 3];
+    pub(super) fn kernel_shares(&self) -> [usize; 4] {
+        let mut shares = [0; 4];
         for unit in self.masks.chunks_exact(self.layout.words.max(1)) {
-            for (i, kind) in [Kind::Octets, Kind::Quads, Kind::Exact].into_iter().enumerate() {
+            for (i, kind) in [Kind::Hexadecets, Kind::Octets, Kind::Quads, Kind::Exact].into_iter().enumerate() {
                 let (a, b) = self.layout.mask(unit, kind);
-                shares[i] += [8, 4, 4][i] * unit[a..b].iter().map(|v| v.count_ones() as usize).sum::<usize>();
+                shares[i] += [16, 8, 4, 4][i] * unit[a..b].iter().map(|v| v.count_ones() as usize).sum::<usize>();
             }
         }
         shares
@@ -221,29 +223,39 @@ impl GroupPlanner<'_> {
         let all = self.unit_bits.iter().fold(0, |a, b| a | b);
         let mut total = _mm256_setzero_si256();
         let mut exact_sum = [0i32; MR];
-        let mut sums = [LaneSums { magnitude: _mm256_setzero_si256(), signed: _mm256_setzero_si256() }; 2];
+        // Hexadecets only for pairs of rows (a single row is memory bound, see `unit`).
+        let pairs: u32 = self.unit_bits.iter().filter(|&&b| b.count_ones() == 8).fold(0, |a, b| a | b);
+        let mut sums = [LaneSums { magnitude: _mm256_setzero_si256(), signed: _mm256_setzero_si256() }; 4];
         let mut g = 0;
         while g < steps {
-            let run = 2.min(steps - g);
+            let run = 4.min(steps - g);
             for (i, sum) in sums.iter_mut().enumerate().take(run) {
                 let signed = _mm256_maddubs_epi16(ones8, load_step(self.x, g + i));
                 let magnitude = _mm256_abs_epi8(load_step(self.x, g + i));
                 *sum = LaneSums { magnitude: _mm256_maddubs_epi16(magnitude, ones8), signed };
                 total = _mm256_add_epi32(total, _mm256_madd_epi16(signed, ones16));
             }
-            // Units over budget for the octet (or a lone last step) try each quad.
+            // Units over budget for a whole hexadecet try its octets, then their quads.
             let mut split = all;
-            if run == 2 {
-                let (a, b) = (sums[0], sums[1]);
-                let over = a.over_budget() | b.over_budget() | a.add(b).over_budget();
-                split = self.mark(masks, Kind::Octets, g / 2, over, all);
+            if run == 4 && pairs != 0 {
+                let four = sums.iter().fold(0, |o, s| o | s.over_budget());
+                let over = four | sums[0].add(sums[1]).add(sums[2]).add(sums[3]).over_budget();
+                split = self.mark(masks, Kind::Hexadecets, g / 4, over, pairs) | (all & !pairs);
             }
-            for i in (0..run).filter(|_| split != 0) {
-                let exact = self.mark(masks, Kind::Quads, g + i, sums[i].over_budget(), split);
-                self.mark(masks, Kind::Exact, g + i, 0, exact);
-                for r in (0..self.live).filter(|&r| exact & (0xf << (4 * r)) != 0) {
-                    let bytes = &self.x[((g + i) * MR + r) * 4..((g + i) * MR + r) * 4 + 4];
-                    exact_sum[r] += bytes.iter().map(|&v| v as i8 as i32).sum::<i32>();
+            for half in (0..run).step_by(2) {
+                let mut rest = split;
+                if half + 1 < run && split != 0 {
+                    let (a, b) = (sums[half], sums[half + 1]);
+                    let over = a.over_budget() | b.over_budget() | a.add(b).over_budget();
+                    rest = self.mark(masks, Kind::Octets, (g + half) / 2, over, split);
+                }
+                for i in (half..(half + 2).min(run)).filter(|_| rest != 0) {
+                    let exact = self.mark(masks, Kind::Quads, g + i, sums[i].over_budget(), rest);
+                    self.mark(masks, Kind::Exact, g + i, 0, exact);
+                    for r in (0..self.live).filter(|&r| exact & (0xf << (4 * r)) != 0) {
+                        let bytes = &self.x[((g + i) * MR + r) * 4..((g + i) * MR + r) * 4 + 4];
+                        exact_sum[r] += bytes.iter().map(|&v| v as i8 as i32).sum::<i32>();
+                    }
                 }
             }
             g += run;
@@ -304,11 +316,36 @@ unsafe fn load_weights(w: *const u8, g: usize, j: usize) -> __m256i {
 unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
     let (a, w) = (x.as_ptr(), panel.as_ptr());
     let unit = r0 / 2;
-    let octets = plan.steps(unit, Kind::Octets);
+    let (hexadecets, octets) = (plan.steps(unit, Kind::Hexadecets), plan.steps(unit, Kind::Octets));
     let (quads, exact) = (plan.steps(unit, Kind::Quads), plan.steps(unit, Kind::Exact));
     let ones = _mm256_set1_epi16(1);
     let mut s = [[_mm256_setzero_si256(); 4]; R];
     let mut pf = super::x86::Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 8);
+    // Hexadecets (pairs of rows only) 16 columns at a time: two rows' 4 sums, 8 broadcasts
+    // and the weights fit the 16 registers (all 32 columns would spill).
+    for half in [0, 2] {
+        for_each_bit!(hexadecets, |h| {
+            if half == 0 {
+                pf.step();
+                pf.step();
+            }
+            let g = 4 * h;
+            let mut xv = [[_mm256_setzero_si256(); 4]; R];
+            for r in 0..R {
+                for i in 0..4 {
+                    xv[r][i] = broadcast(a, g + i, r0 + r);
+                }
+            }
+            for j in half..half + 2 {
+                let wv = [0, 1, 2, 3].map(|i| load_weights(w, g + i, j));
+                for r in 0..R {
+                    let p01 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], xv[r][0]), _mm256_maddubs_epi16(wv[1], xv[r][1]));
+                    let p23 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], xv[r][2]), _mm256_maddubs_epi16(wv[3], xv[r][3]));
+                    s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), ones));
+                }
+            }
+        });
+    }
     for_each_bit!(octets, |o| {
         pf.step();
         let g = 2 * o;
