@@ -6,7 +6,6 @@
 //! each example's own step count.
 mod common;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use common::*;
@@ -41,25 +40,6 @@ fn assert_same(got: &[TranslationResult], expected: &[TranslationResult], what: 
         let bits = |r: &TranslationResult| r.scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(g), bits(e), "{what}: scores of example {i}");
     }
-}
-
-fn find(var: &str, default: &str, file: &str) -> Option<PathBuf> {
-    let dirs = [std::env::var(var).ok().map(PathBuf::from), Some(PathBuf::from(default)), Some(PathBuf::from("../shared").join(default))];
-    dirs.into_iter().flatten().map(|d| d.join(file)).find(|p| p.exists())
-}
-
-/// The zh-en model directory and its first `n` verses as SentencePiece pieces.
-fn zh_en_pieces(n: usize) -> Option<(PathBuf, Vec<Vec<String>>)> {
-    let (Some(model), Some(data)) = (find("TOLK_MODELS", "models", "zh-en-ct2/model.bin"), find("TOLK_DATA", "data", "dev-matthew.zh")) else {
-        eprintln!("zh-en model or dev verses not found: skipped");
-        return None;
-    };
-    let dir = model.parent()?.to_path_buf();
-    let m = Model::load(&dir).unwrap();
-    let tokenizer = m.tokenizer().expect("zh-en has a SentencePiece model");
-    let text = std::fs::read_to_string(data).ok()?;
-    let pieces = text.lines().take(n).map(|l| tokenizer.encode(l).into_iter().map(|p| p.piece).collect()).collect();
-    Some((dir, pieces))
 }
 
 #[test]

@@ -34,6 +34,9 @@ pub(crate) struct Request<T> {
     cancelled: AtomicBool,
     state: Mutex<State<T>>,
     changed: Condvar,
+    /// The CPU kernel level forced on the submitting thread (`isa::with_isa`, tests and
+    /// benchmarks), which the workers then run this request's batches at.
+    isa: Option<crate::backend::cpu::isa::Isa>,
 }
 
 struct State<T> {
@@ -101,6 +104,7 @@ impl<T: Send + 'static> Request<T> {
             cancelled: AtomicBool::new(false),
             state: Mutex::new(state),
             changed: Condvar::new(),
+            isa: crate::backend::cpu::isa::forced_here(),
         });
         if request.batches.is_empty() {
             request.end_if_finished(lock(&request.state));
@@ -221,7 +225,10 @@ impl<T: Send + 'static> Task for BatchTask<T> {
             request.finish_batch(self.batch, None);
             return;
         }
-        run_continuous(request, self.batch, worker);
+        match request.isa {
+            Some(isa) => crate::backend::cpu::isa::with_isa(isa, || run_continuous(request, self.batch, worker)),
+            None => run_continuous(request, self.batch, worker),
+        }
     }
 
     fn abandon(self: Box<Self>) {

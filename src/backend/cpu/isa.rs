@@ -117,13 +117,24 @@ pub fn current() -> Isa {
     })
 }
 
-/// Runs `f` with kernels forced to `isa` on this thread (for tests and benchmarks).
+/// The level [`with_isa`] forces on this thread, if any.
+pub fn forced_here() -> Option<Isa> {
+    OVERRIDE.with(Cell::get)
+}
+
+/// Runs `f` with kernels forced to `isa` on this thread (for tests and benchmarks), and
+/// on the translator workers that run the translations it submits.
 pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
     assert!(isa.is_supported(), "{isa:?} is not supported by this CPU");
-    let previous = OVERRIDE.with(|o| o.replace(Some(isa)));
-    let r = f();
-    OVERRIDE.with(|o| o.set(previous));
-    r
+    /// Puts the previous level back, also when `f` unwinds (a worker thread lives on).
+    struct Restore(Option<Isa>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            OVERRIDE.with(|o| o.set(self.0));
+        }
+    }
+    let _restore = Restore(OVERRIDE.with(|o| o.replace(Some(isa))));
+    f()
 }
 
 /// Compiles `$generic` a second and third time with AVX-512 and AVX2 enabled (so the
