@@ -56,11 +56,10 @@ impl MaskLayout {
         MaskLayout { start, words: start[3] + sizes[3] }
     }
 
-    fn mask(&self, unit: &[u64], kind: Kind) -> (usize, usize) {
+    /// The words of `kind`'s mask in a unit's words.
+    fn range(&self, kind: Kind) -> std::ops::Range<usize> {
         let i = kind as usize;
-        let end = if i == 3 { self.words } else { self.start[i + 1] };
-        debug_assert!(unit.len() >= end);
-        (self.start[i], end)
+        self.start[i]..if i == 3 { self.words } else { self.start[i + 1] }
     }
 }
 
@@ -86,9 +85,7 @@ impl GroupPlan<'_> {
     }
 
     fn steps(&self, u: usize, kind: Kind) -> &[u64] {
-        let unit = self.unit(u);
-        let (a, b) = self.layout.mask(unit, kind);
-        &unit[a..b]
+        &self.unit(u)[self.layout.range(kind)]
     }
 }
 
@@ -130,8 +127,7 @@ impl Plans {
         let mut shares = [0; 4];
         for unit in self.masks.chunks_exact(self.layout.words.max(1)) {
             for (i, kind) in [Kind::Hexadecets, Kind::Octets, Kind::Quads, Kind::Exact].into_iter().enumerate() {
-                let (a, b) = self.layout.mask(unit, kind);
-                shares[i] += [16, 8, 4, 4][i] * unit[a..b].iter().map(|v| v.count_ones() as usize).sum::<usize>();
+                shares[i] += [16, 8, 4, 4][i] * unit[self.layout.range(kind)].iter().map(|v| v.count_ones() as usize).sum::<usize>();
             }
         }
         shares
@@ -207,8 +203,7 @@ impl GroupPlanner<'_> {
             }
             if over & bits == 0 {
                 let unit = &mut masks[u * self.layout.words..(u + 1) * self.layout.words];
-                let (a, b) = self.layout.mask(unit, kind);
-                set(&mut unit[a..b], i);
+                set(&mut unit[self.layout.range(kind)], i);
             } else {
                 rest |= bits;
             }
@@ -230,9 +225,9 @@ impl GroupPlanner<'_> {
         while g < steps {
             let run = 4.min(steps - g);
             for (i, sum) in sums.iter_mut().enumerate().take(run) {
-                let signed = _mm256_maddubs_epi16(ones8, load_step(self.x, g + i));
-                let magnitude = _mm256_abs_epi8(load_step(self.x, g + i));
-                *sum = LaneSums { magnitude: _mm256_maddubs_epi16(magnitude, ones8), signed };
+                let x = load_step(self.x, g + i);
+                let signed = _mm256_maddubs_epi16(ones8, x);
+                *sum = LaneSums { magnitude: _mm256_maddubs_epi16(_mm256_abs_epi8(x), ones8), signed };
                 total = _mm256_add_epi32(total, _mm256_madd_epi16(signed, ones16));
             }
             // Units over budget for a whole hexadecet try its octets, then their quads.
@@ -300,7 +295,7 @@ pub(super) unsafe fn tile(x: &[u8], plan: &GroupPlan, panel: &[u8], kp: usize, t
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn broadcast(a: *const u8, g: usize, r: usize) -> __m256i {
-    _mm256_set1_epi32((a.add((g * MR + r) * 4) as *const i32).read_unaligned())
+    _mm256_set1_epi32(super::x86::x4(a, g, r))
 }
 
 /// Columns `8j..8j + 8` of step `g` of a panel, as stored: `w + 128`.

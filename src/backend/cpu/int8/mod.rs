@@ -10,15 +10,16 @@
 //! four: `[k/4][32][4]` bytes, the operand layout of `vpdpbusd` (u8 x s8 -> s32, four
 //! products per 32-bit lane). A byte holds `w + 128` (`w ^ 0x80`), the unsigned form the
 //! AVX2 kernel's main path multiplies; the other kernels flip it back with one `vpxor` per
-//! weight register, shared by all the rows of a tile. The VNNI kernels need an unsigned left operand, so they read
-//! `x + 128` and subtract the per-column compensation `128 * Σk w` precomputed at packing.
+//! weight register, shared by all the rows of a tile. The VNNI kernels need an unsigned
+//! left operand, so they read `x + 128` and subtract the per-column compensation
+//! `128 * Σk w` precomputed at packing.
 //! Without VNNI, `vpmaddubsw` would saturate its 16-bit pair sums on `x + 128`, so the
 //! AVX-512BW kernel keeps `x` signed and moves the sign of `w` onto it (products <= 127 *
 //! 127, pair sums < 2^15): `|w|` times `x` negated where `w` is negative, its mask and `|w|`
 //! made once per k step for all eight rows, `-x` precomputed with the activations, and
 //! groups of rows with no negative value (after a ReLU) skip the sign work. The AVX2 kernel
 //! (`avx2`) plans each product: k steps whose `|x|` are small enough multiply `w + 128` by
-//! signed `x`, summing two `vpmaddubsw` in int16, and the rest take the sign trick
+//! signed `x`, summing up to four `vpmaddubsw` in int16, and the rest take the sign trick
 //! (`|x|` times `vpsignb(w, x)`).
 //! Every path is exact and all of them give bit-identical results.
 use super::isa::{self, Isa};
@@ -267,7 +268,7 @@ struct QuantizedRows {
     /// `1 / scale_x` per row.
     inv_scales: Vec<f32>,
     kp: usize,
-    /// Which kernel the AVX2 product runs on each k step (filled with its `|x|` companion).
+    /// Which kernel the AVX2 product runs on each k step (filled in `fill_companion`).
     #[cfg(target_arch = "x86_64")]
     plans: avx2::Plans,
 }
@@ -732,7 +733,7 @@ mod x86 {
 
     /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
     #[inline(always)]
-    unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
+    pub(super) unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
         (a.add((g * MR + r) * 4) as *const i32).read_unaligned()
     }
 
@@ -997,9 +998,9 @@ mod tests {
     }
 
     /// Activations shaped like a Transformer's (mostly small, a few large channels, some
-    /// rows all large): the AVX2 plan sends k steps to each of its three kernels (shifted
-    /// octets, shifted quads, the sign trick), rows paired and odd, k with a tail step,
-    /// and the product stays bit-identical to the reference.
+    /// rows all large): the AVX2 plan sends k steps to each of its four kernels (shifted
+    /// hexadecets, octets and quads, the sign trick), rows paired and odd, k with a tail
+    /// step, and the product stays bit-identical to the reference.
     #[test]
     fn avx2_plan_uses_every_kernel_and_stays_exact() {
         if !Isa::Avx2.is_supported() {
