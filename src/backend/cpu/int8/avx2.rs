@@ -380,10 +380,9 @@ unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u
     });
     for r in 0..R {
         let shift = _mm256_set1_epi32(plan.compensation[r0 + r]);
-        let mut acc = [0i32; NR];
-        for j in 0..4 {
-            _mm256_storeu_si256(acc.as_mut_ptr().add(8 * j) as *mut _, _mm256_sub_epi32(s[r][j], shift));
+        for v in s[r].iter_mut() {
+            *v = _mm256_sub_epi32(*v, shift);
         }
-        t.store(r0 + r, &acc);
+        super::x86::store256(t, r0 + r, s[r]);
     }
 }

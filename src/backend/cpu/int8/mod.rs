@@ -731,6 +731,22 @@ mod x86 {
         _mm256_xor_si256(_mm256_loadu_si256(w as *const _), _mm256_set1_epi8(super::WEIGHT_FLIP as i8))
     }
 
+    /// Row `r`'s 32 accumulators, in two zmm (column order), through the tile's epilogue.
+    /// Plain `inline(always)` (no intrinsics, no target features), so it is inlined into
+    /// every kernel as `TileOut::store` is.
+    #[inline(always)]
+    fn store512(t: &TileOut, r: usize, s: [__m512i; 2]) {
+        // SAFETY: two zmm hold 32 i32 lanes; every bit pattern is an i32.
+        t.store(r, &unsafe { std::mem::transmute::<[__m512i; 2], [i32; NR]>(s) });
+    }
+
+    /// Row `r`'s 32 accumulators, in four ymm (column order), through the tile's epilogue.
+    #[inline(always)]
+    pub(super) fn store256(t: &TileOut, r: usize, s: [__m256i; 4]) {
+        // SAFETY: four ymm hold 32 i32 lanes; every bit pattern is an i32.
+        t.store(r, &unsafe { std::mem::transmute::<[__m256i; 4], [i32; NR]>(s) });
+    }
+
     /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
     #[inline(always)]
     pub(super) unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
@@ -764,10 +780,7 @@ mod x86 {
             }
         }
         for r in 0..R {
-            let mut acc = [0i32; NR];
-            _mm512_storeu_si512(acc.as_mut_ptr() as *mut _, s0[r]);
-            _mm512_storeu_si512(acc.as_mut_ptr().add(16) as *mut _, s1[r]);
-            t.store(r, &acc);
+            store512(t, r, [s0[r], s1[r]]);
         }
     }
 
@@ -816,10 +829,7 @@ mod x86 {
             }
         }
         for r in 0..R {
-            let mut acc = [0i32; NR];
-            _mm512_storeu_si512(acc.as_mut_ptr() as *mut _, s0[r]);
-            _mm512_storeu_si512(acc.as_mut_ptr().add(16) as *mut _, s1[r]);
-            t.store(r, &acc);
+            store512(t, r, [s0[r], s1[r]]);
         }
     }
 
@@ -847,10 +857,7 @@ mod x86 {
             }
         }
         for r in 0..R {
-            let mut acc = [0i32; NR];
-            _mm512_storeu_si512(acc.as_mut_ptr() as *mut _, s0[r]);
-            _mm512_storeu_si512(acc.as_mut_ptr().add(16) as *mut _, s1[r]);
-            t.store(r, &acc);
+            store512(t, r, [s0[r], s1[r]]);
         }
     }
 
@@ -877,11 +884,7 @@ mod x86 {
             }
         }
         for r in 0..R {
-            let mut acc = [0i32; NR];
-            for j in 0..4 {
-                _mm256_storeu_si256(acc.as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
-            }
-            t.store(r0 + r, &acc);
+            store256(t, r0 + r, s[r]);
         }
     }
 
@@ -909,11 +912,7 @@ mod x86 {
             }
         }
         for r in 0..R {
-            let mut acc = [0i32; NR];
-            for j in 0..4 {
-                _mm256_storeu_si256(acc.as_mut_ptr().add(8 * j) as *mut _, s[r][j]);
-            }
-            t.store(r0 + r, &acc);
+            store256(t, r0 + r, s[r]);
         }
     }
 }
