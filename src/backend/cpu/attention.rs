@@ -456,6 +456,126 @@ fn attend_row_generic(
     weighted_values::<true>(scores, &values, len, head_dim, out);
 }
 
+/// Every query row of one sequence attending over the sequence's `len` keys/values (the
+/// encoder's self-attention): `attend_row` with several query rows for each of them, row
+/// `t`'s query at `queries[t * stride..]`, its output `out[t * num_heads * head_dim..]`.
+/// Each head's keys are transposed once to `[head_dim][len rounded up to 8]`, so that the
+/// dots with eight keys run as the lanes of one vector: each lane is still the sequential
+/// FMA chain in element order that `key_scores` computes, with the same bits (2.1x faster
+/// than row by row at 26 keys, which was 4% of int8 greedy decoding at AVX2).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_sequence(
+    queries: &[f32],
+    stride: usize,
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    dispatch_isa!(attend_sequence_generic(
+        queries: &[f32],
+        stride: usize,
+        keys: KvView,
+        values: KvView,
+        len: usize,
+        num_heads: usize,
+        head_dim: usize,
+        scale: f32,
+        out: &mut [f32]
+    ) -> ())
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_sequence_generic(
+    queries: &[f32],
+    stride: usize,
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let width = num_heads * head_dim;
+    let lanes = len.div_ceil(8) * 8;
+    // Head h's transposed keys at [h * head_dim * lanes..]: element p of key j at p * lanes + j.
+    let mut transposed = vec![0.0f32; width * lanes];
+    for (first, count, rows) in keys.blocks(len) {
+        for i in 0..count {
+            for h in 0..num_heads {
+                let head = &mut transposed[h * head_dim * lanes..(h + 1) * head_dim * lanes];
+                for (p, &v) in rows.head(i, h, head_dim).iter().enumerate() {
+                    head[p * lanes + first + i] = v;
+                }
+            }
+        }
+    }
+    let mut scores = vec![0.0f32; 2 * num_heads * len];
+    let mut t = 0;
+    while t < len {
+        // Two query rows by 32 keys at a time: 8 independent vector chains in flight (one
+        // chain alone would wait on the FMA latency). An odd last row is computed twice.
+        let rows = 2.min(len - t);
+        for h in 0..num_heads {
+            let head = &transposed[h * head_dim * lanes..(h + 1) * head_dim * lanes];
+            let q = |r: usize| &queries[(t + r) * stride + h * head_dim..(t + r) * stride + (h + 1) * head_dim];
+            for g in (0..lanes).step_by(32) {
+                let (q0, q1) = (q(0), q(rows - 1));
+                let acc = match ((lanes - g) / 8).min(4) {
+                    1 => widen(key_dots::<1>(head, lanes, g, q0, q1)),
+                    2 => widen(key_dots::<2>(head, lanes, g, q0, q1)),
+                    3 => widen(key_dots::<3>(head, lanes, g, q0, q1)),
+                    _ => key_dots::<4>(head, lanes, g, q0, q1),
+                };
+                for (r, acc) in acc.iter().enumerate().take(rows) {
+                    let scores = &mut scores[(r * num_heads + h) * len..(r * num_heads + h + 1) * len];
+                    for (s, a) in scores[g.min(len)..].iter_mut().zip(acc.iter().flatten()) {
+                        *s = a * scale;
+                    }
+                }
+            }
+        }
+        for (r, out) in out[t * width..(t + rows) * width].chunks_exact_mut(width).enumerate() {
+            let scores = &mut scores[r * num_heads * len..(r + 1) * num_heads * len];
+            scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
+            weighted_values::<true>(scores, &values, len, head_dim, out);
+        }
+        t += rows;
+    }
+}
+
+/// The dots of queries `q0` and `q1` with the keys `g..g + 8 G` of one head's transposed
+/// keys (`[head_dim][lanes]`): 2 G independent vectors of sequential FMA chains.
+#[inline(always)]
+fn key_dots<const G: usize>(head: &[f32], lanes: usize, g: usize, q0: &[f32], q1: &[f32]) -> [[[f32; 8]; G]; 2] {
+    let mut acc = [[[0.0f32; 8]; G]; 2];
+    for (p, (&a, &b)) in q0.iter().zip(q1).enumerate() {
+        let k = &head[p * lanes + g..p * lanes + g + 8 * G];
+        for i in 0..G {
+            for l in 0..8 {
+                acc[0][i][l] = a.mul_add(k[8 * i + l], acc[0][i][l]);
+                acc[1][i][l] = b.mul_add(k[8 * i + l], acc[1][i][l]);
+            }
+        }
+    }
+    acc
+}
+
+/// `key_dots` of fewer groups padded to four.
+#[inline(always)]
+fn widen<const G: usize>(acc: [[[f32; 8]; G]; 2]) -> [[[f32; 8]; 4]; 2] {
+    let mut out = [[[0.0f32; 8]; 4]; 2];
+    for r in 0..2 {
+        out[r][..G].copy_from_slice(&acc[r]);
+    }
+    out
+}
+
 /// `out_h = Σ_j scores[h * len + j] · value_j` for every head, each a sequential sum in key
 /// order: of fused multiply-adds (`FUSED`), or of rounded products. The keys go block by
 /// block, all heads of a block at once.
@@ -621,6 +741,33 @@ mod tests {
                     for kernel in 0..4 {
                         let (a, b) = (run(level, contiguous, kernel), run(level, paged, kernel));
                         assert!(a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()), "{level:?} shift {shift} len {len} kernel {kernel}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The encoder's whole-sequence attention (keys transposed, eight dots per vector)
+    /// gives each row the bits of `attend_row` with several query rows, on every ISA.
+    #[test]
+    fn sequence_attention_is_row_attention_bit_for_bit() {
+        for (heads, d) in [(2, 64), (3, 24)] {
+            let width = heads * d;
+            for len in [1, 5, 8, 9, 17, 26] {
+                // A sequence's rows as the encoder lays them out: [query | key | value].
+                let qkv = values(900 + len as u32, len * 3 * width);
+                let seq = &qkv[..];
+                let keys = KvView::contiguous(&seq, 3 * width, width);
+                let vals = KvView::contiguous(&seq, 3 * width, 2 * width);
+                for level in isa::available() {
+                    let mut whole = vec![f32::NAN; len * width];
+                    isa::with_isa(level, || attend_sequence(seq, 3 * width, keys, vals, len, heads, d, 0.125, &mut whole));
+                    for t in 0..len {
+                        let mut row = vec![0.0f32; width];
+                        let q = &seq[t * 3 * width..t * 3 * width + width];
+                        isa::with_isa(level, || attend_row(q, keys, vals, len, heads, d, 0.125, false, &mut Vec::new(), &mut row));
+                        let same = row.iter().zip(&whole[t * width..]).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{level:?} heads {heads} d {d} len {len} row {t}");
                     }
                 }
             }

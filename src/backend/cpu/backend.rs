@@ -4,7 +4,7 @@
 //! ([`FloatOrder`]), which is what keeps Tolk's outputs identical to theirs.
 use std::sync::Arc;
 
-use super::attention::{attend_row, attend_row_padded, attend_row_sequential, KvView};
+use super::attention::{attend_row, attend_row_padded, attend_row_sequential, attend_sequence, KvView};
 use super::int16::PackedI16Matrix;
 use super::int8::PackedI8Matrix;
 use super::isa;
@@ -154,16 +154,15 @@ impl Backend for CpuBackend {
             let seq = &qkv[off * 3 * d..(off + len) * 3 * d];
             let keys = KvView::contiguous(&seq, 3 * d, d);
             let values = KvView::contiguous(&seq, 3 * d, 2 * d);
+            if order == FloatOrder::Ctranslate2 {
+                attend_sequence(seq, 3 * d, keys, values, len, heads, head_dim, scale, &mut out[off * d..(off + len) * d]);
+                continue;
+            }
             for t in 0..len {
                 let q = &seq[t * 3 * d..t * 3 * d + d];
                 let o = &mut out[(off + t) * d..(off + t + 1) * d];
-                match order {
-                    FloatOrder::Ctranslate2 => attend_row(q, keys, values, len, heads, head_dim, scale, false, &mut scores, o),
-                    FloatOrder::Marian => {
-                        let peeled = if t < whole { whole } else { usize::MAX };
-                        attend_row_sequential(q, keys, values, len, peeled, heads, head_dim, scale, &mut scores, o)
-                    }
-                }
+                let peeled = if t < whole { whole } else { usize::MAX };
+                attend_row_sequential(q, keys, values, len, peeled, heads, head_dim, scale, &mut scores, o);
             }
         }
     }
