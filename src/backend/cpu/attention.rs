@@ -549,6 +549,114 @@ fn attend_sequence_generic(
     }
 }
 
+/// Several query rows attending over the same keys/values (a beam search's hypotheses of
+/// one example in cross-attention): `attend_row` with several query rows for each, row
+/// `r`'s query at `queries[r * width..]` and output at `out[r * width..]` (`width =
+/// num_heads * head_dim`). The queries are transposed four rows at a time, so that each
+/// key element multiplies four rows as one vector FMA: each lane is still the sequential
+/// FMA chain in element order that `key_scores` computes, with the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_rows(
+    queries: &[f32],
+    rows: usize,
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    dispatch_isa!(attend_rows_generic(
+        queries: &[f32],
+        rows: usize,
+        keys: KvView,
+        values: KvView,
+        len: usize,
+        num_heads: usize,
+        head_dim: usize,
+        scale: f32,
+        out: &mut [f32]
+    ) -> ())
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_rows_generic(
+    queries: &[f32],
+    rows: usize,
+    keys: KvView,
+    values: KvView,
+    len: usize,
+    num_heads: usize,
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    const LANES: usize = 4;
+    let width = num_heads * head_dim;
+    // Element p of head h of the chunk's row r at [(h * head_dim + p) * LANES + r] (rows
+    // past the last zero).
+    let mut transposed = vec![0.0f32; width * LANES];
+    let mut scores = vec![0.0f32; LANES * num_heads * len];
+    for r0 in (0..rows).step_by(LANES) {
+        let chunk = LANES.min(rows - r0);
+        transposed.fill(0.0);
+        for r in 0..chunk {
+            for (e, &v) in queries[(r0 + r) * width..(r0 + r + 1) * width].iter().enumerate() {
+                transposed[e * LANES + r] = v;
+            }
+        }
+        for (first, count, keys) in keys.groups(len) {
+            for h in 0..num_heads {
+                let q = &transposed[h * head_dim * LANES..(h + 1) * head_dim * LANES];
+                let acc = if count == 8 { row_dots::<8>(q, &keys, h, head_dim) } else { row_dots_few(q, &keys, count, h, head_dim) };
+                for (i, acc) in acc.iter().take(count).enumerate() {
+                    for (r, &a) in acc.iter().take(chunk).enumerate() {
+                        scores[(r * num_heads + h) * len + first + i] = a * scale;
+                    }
+                }
+            }
+        }
+        for (r, out) in out[r0 * width..(r0 + chunk) * width].chunks_exact_mut(width).enumerate() {
+            let scores = &mut scores[r * num_heads * len..(r + 1) * num_heads * len];
+            scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
+            weighted_values::<true>(scores, &values, len, head_dim, out);
+        }
+    }
+}
+
+/// The dots of four transposed query rows (`q`: `[head_dim][4]`) with keys `0..K` of a
+/// group, head `h`: K independent 4-lane chains.
+#[inline(always)]
+fn row_dots<const K: usize>(q: &[f32], keys: &Eight, h: usize, head_dim: usize) -> [[f32; 4]; 8] {
+    let k: [&[f32]; K] = std::array::from_fn(|i| &keys.head(i, h, head_dim)[..head_dim]);
+    let mut acc = [[0.0f32; 4]; 8];
+    for (p, q) in q.chunks_exact(4).take(head_dim).enumerate() {
+        for i in 0..K {
+            let kp = k[i][p];
+            for r in 0..4 {
+                acc[i][r] = q[r].mul_add(kp, acc[i][r]);
+            }
+        }
+    }
+    acc
+}
+
+/// `row_dots` for the `count` (< 8) keys of a last group.
+#[inline(always)]
+fn row_dots_few(q: &[f32], keys: &Eight, count: usize, h: usize, head_dim: usize) -> [[f32; 4]; 8] {
+    match count {
+        1 => row_dots::<1>(q, keys, h, head_dim),
+        2 => row_dots::<2>(q, keys, h, head_dim),
+        3 => row_dots::<3>(q, keys, h, head_dim),
+        4 => row_dots::<4>(q, keys, h, head_dim),
+        5 => row_dots::<5>(q, keys, h, head_dim),
+        6 => row_dots::<6>(q, keys, h, head_dim),
+        _ => row_dots::<7>(q, keys, h, head_dim),
+    }
+}
+
 /// The dots of queries `q0` and `q1` with the keys `g..g + 8 G` of one head's transposed
 /// keys (`[head_dim][lanes]`): 2 G independent vectors of sequential FMA chains.
 #[inline(always)]
@@ -768,6 +876,33 @@ mod tests {
                         isa::with_isa(level, || attend_row(q, keys, vals, len, heads, d, 0.125, false, &mut Vec::new(), &mut row));
                         let same = row.iter().zip(&whole[t * width..]).all(|(a, b)| a.to_bits() == b.to_bits());
                         assert!(same, "{level:?} heads {heads} d {d} len {len} row {t}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Several query rows over shared keys (beam search's cross-attention) give each row
+    /// the bits of `attend_row` with several query rows, on every ISA.
+    #[test]
+    fn shared_key_rows_are_row_attention_bit_for_bit() {
+        for (heads, d) in [(2, 64), (3, 24)] {
+            let width = heads * d;
+            for (rows, len) in [(1, 1), (2, 5), (4, 8), (4, 26), (5, 9), (8, 17), (3, 40)] {
+                let queries = values(500 + len as u32, rows * width);
+                let kv = values(700 + len as u32, len * 2 * width);
+                let kv = &kv[..];
+                let keys = KvView::contiguous(&kv, 2 * width, 0);
+                let vals = KvView::contiguous(&kv, 2 * width, width);
+                for level in isa::available() {
+                    let mut all = vec![f32::NAN; rows * width];
+                    isa::with_isa(level, || attend_rows(&queries, rows, keys, vals, len, heads, d, 0.125, &mut all));
+                    for r in 0..rows {
+                        let mut row = vec![0.0f32; width];
+                        let q = &queries[r * width..(r + 1) * width];
+                        isa::with_isa(level, || attend_row(q, keys, vals, len, heads, d, 0.125, false, &mut Vec::new(), &mut row));
+                        let same = row.iter().zip(&all[r * width..]).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{level:?} heads {heads} d {d} rows {rows} len {len} row {r}");
                     }
                 }
             }

@@ -4,7 +4,7 @@
 //! ([`FloatOrder`]), which is what keeps Tolk's outputs identical to theirs.
 use std::sync::Arc;
 
-use super::attention::{attend_row, attend_row_padded, attend_row_sequential, attend_sequence, KvView};
+use super::attention::{attend_row, attend_row_padded, attend_row_sequential, attend_rows, attend_sequence, KvView};
 use super::int16::PackedI16Matrix;
 use super::int8::PackedI8Matrix;
 use super::isa;
@@ -215,28 +215,32 @@ impl Backend for CpuBackend {
         let scale = 1.0 / (head_dim as f32).sqrt();
         zeroed(out, row_example.len() * d);
         let mut scores = Vec::new();
-        for (r, &ex) in row_example.iter().enumerate() {
-            let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
-            // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
-            let padded = memory.padded[ex];
+        let mut r = 0;
+        while r < row_example.len() {
+            let ex = row_example[r];
             // CTranslate2 keeps the memory keys/values once per example, not per beam: with
             // several rows per example (beam search after the first step), the example's
             // beams are the query rows of one product (`beam_size > 1` in its
             // cross-attention), which MKL sums in its several-rows order instead of the
             // one-query-row order. An example's rows are adjacent.
-            let shares = |other: Option<&usize>| other == Some(&ex);
-            let single_query = !shares(r.checked_sub(1).and_then(|p| row_example.get(p))) && !shares(row_example.get(r + 1));
+            let rows = row_example[r..].iter().take_while(|&&e| e == ex).count();
+            let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
+            // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
+            let padded = memory.padded[ex];
             let mem = &memory_kv[off * 2 * d..(off + len) * 2 * d];
             let (keys, values) = (KvView::contiguous(&mem, 2 * d, 0), KvView::contiguous(&mem, 2 * d, d));
-            let q = &query[r * d..(r + 1) * d];
-            let o = &mut out[r * d..(r + 1) * d];
+            let (q, o) = (&query[r * d..(r + rows) * d], &mut out[r * d..(r + rows) * d]);
             match order {
                 // One query row per product (Marian keeps the beams apart): no peeled keys.
-                FloatOrder::Marian => attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scores, o),
-                FloatOrder::Ctranslate2 => {
-                    attend_row_padded(q, keys, values, len, padded, heads, head_dim, scale, single_query, &mut scores, o)
+                FloatOrder::Marian => {
+                    for (q, o) in q.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
+                        attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scores, o);
+                    }
                 }
+                FloatOrder::Ctranslate2 if rows == 1 => attend_row_padded(q, keys, values, len, padded, heads, head_dim, scale, true, &mut scores, o),
+                FloatOrder::Ctranslate2 => attend_rows(q, rows, keys, values, len, heads, head_dim, scale, o),
             }
+            r += rows;
         }
     }
 
