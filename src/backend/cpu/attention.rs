@@ -19,6 +19,7 @@ use super::ops;
 fn key_scores(
     query: &[f32],
     keys: &KvView,
+    values: &KvView,
     len: usize,
     num_heads: usize,
     head_dim: usize,
@@ -33,25 +34,35 @@ fn key_scores(
         let avx512 = isa::current().float_level() == isa::FloatLevel::Avx512;
         #[cfg(target_arch = "x86_64")]
         let avx2 = isa::current().float_level() == isa::FloatLevel::Avx2;
-        for (first, count, keys) in keys.blocks(len) {
-            for (h, q) in query.chunks_exact(64).take(num_heads).enumerate() {
-                for (i, s) in scores[h * len + first..][..count].iter_mut().enumerate() {
-                    let (j, k) = (first + i, keys.head(i, h, head_dim));
-                    *s = if j < grouped {
+        let width = num_heads * head_dim;
+        // Key by key, all heads at once. A decoder step's keys and values are usually in
+        // memory only (the weights streamed since the last step evicted them), and a key's
+        // heads take too little time to hide the latency: each key asks for a later key's
+        // row and for its own values (read after the softmax). 26 keys from memory: 6.7 ->
+        // 5.0 us (AVX2), int8 greedy decoding 4.5% faster at AVX2, 7% at AVX-512 VNNI.
+        for (first, count, block) in keys.blocks(len) {
+            for i in 0..count {
+                let j = first + i;
+                keys.prefetch(j + KEYS_AHEAD, len, width, Cache::L1);
+                values.prefetch(j, len, width, Cache::L2);
+                for (h, q) in query.chunks_exact(64).take(num_heads).enumerate() {
+                    let k = block.head(i, h, head_dim);
+                    let s = if j < grouped {
                         #[cfg(target_arch = "x86_64")]
                         if avx512 {
                             // SAFETY: the level is supported (isa::current); both slices hold 64 values.
-                            *s = unsafe { x86::single_query_dot_avx512(&q[..64], &k[..64]) } * scale;
+                            scores[h * len + j] = unsafe { x86::single_query_dot_avx512(&q[..64], &k[..64]) } * scale;
                             continue;
                         } else if avx2 {
                             // SAFETY: as above.
-                            *s = unsafe { x86::single_query_dot_avx2(&q[..64], &k[..64]) } * scale;
+                            scores[h * len + j] = unsafe { x86::single_query_dot_avx2(&q[..64], &k[..64]) } * scale;
                             continue;
                         }
                         single_query_dot(q, k)
                     } else {
                         single_query_dot_rest(q, k, j % 2 == 0)
-                    } * scale;
+                    };
+                    scores[h * len + j] = s * scale;
                 }
             }
         }
@@ -309,6 +320,16 @@ impl<'a> Eight<'a> {
     }
 }
 
+/// How far ahead a decoder step's single query asks for keys (measured: 1 to 8 alike).
+const KEYS_AHEAD: usize = 2;
+
+/// Where [`KvView::prefetch`] brings a row.
+#[derive(Clone, Copy)]
+enum Cache {
+    L1,
+    L2,
+}
+
 /// Keys or values of one sequence, stored in blocks of `2^shift` rows: row `j` is row
 /// `j & (2^shift - 1)` of `blocks[j >> shift]`, at `stride` and `offset`. A contiguous
 /// sequence is one block ([`KvView::contiguous`]); the decoder's paged cache hands a row's
@@ -343,6 +364,32 @@ impl<'a> KvView<'a> {
         let within = j & ((1 << self.shift) - 1);
         let data = self.blocks.get(j >> self.shift).and_then(|b| b.get(within * self.stride..)).unwrap_or(&[]);
         Rows { data, stride: self.stride, offset: self.offset }
+    }
+
+    /// Asks for the `width` floats of row `j` (all heads; nothing when `j >= len`) to be
+    /// fetched into `cache`.
+    #[inline(always)]
+    fn prefetch(&self, j: usize, len: usize, width: usize, cache: Cache) {
+        #[cfg(target_arch = "x86_64")]
+        if j < len && width > 0 {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+            let rows = self.rows_from(j);
+            let Some(row) = rows.data.get(rows.offset..rows.offset + width) else { return };
+            // Every line the row touches: one per 16 floats, and the last.
+            let p = row.as_ptr();
+            for c in (0..width).step_by(16).chain([width - 1]) {
+                // SAFETY: a prefetch is a hint that never faults (and `c < width`, in `row`).
+                unsafe {
+                    let line = p.add(c) as *const i8;
+                    match cache {
+                        Cache::L1 => _mm_prefetch::<_MM_HINT_T0>(line),
+                        Cache::L2 => _mm_prefetch::<_MM_HINT_T1>(line),
+                    }
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (j, len, width, cache);
     }
 
     /// Rows `b..b + 8` (`b` a multiple of 8).
@@ -442,7 +489,7 @@ fn attend_row_generic(
 ) {
     // Head h's scores at [h * len..]; each head is normalized on its own.
     scores.resize(num_heads * len, 0.0);
-    key_scores(query, &keys, len, num_heads, head_dim, scale, single_query, padded, scores);
+    key_scores(query, &keys, &values, len, num_heads, head_dim, scale, single_query, padded, scores);
     scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
     let out = &mut out[..num_heads * head_dim];
     if single_query && head_dim == 64 {
