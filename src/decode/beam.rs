@@ -165,8 +165,13 @@ pub fn beam_continuous(
                 if example.step < groups.params(example.group).min_length {
                     disable(row, &end_columns);
                 }
-                let shift = ops::log_sum_exp(row);
                 top_k(row, num_candidates, &mut candidates);
+                // The best candidate is the row's largest logit: no pass for the maximum
+                // (a NaN in the row makes the sum NaN either way).
+                let shift = match candidates.first() {
+                    Some(&(_, best)) if !best.is_nan() => ops::log_sum_exp_with_max(row, best),
+                    _ => ops::log_sum_exp(row),
+                };
                 row_candidates.extend(candidates.iter().map(|&(id, logit)| {
                     let log_prob = logit - shift;
                     (r * vocab + id, if expanded { log_prob + scores[r] } else { log_prob })
@@ -263,6 +268,25 @@ pub fn beam_continuous(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The search takes the row maximum from its best candidate: the same shift as a full
+    /// log-sum-exp, bit for bit (disabled tokens at -inf included, every ISA).
+    #[test]
+    fn the_best_candidate_gives_the_log_sum_exp_shift() {
+        use crate::backend::cpu::isa;
+        for n in [1, 7, 33, 1000, 65_001] {
+            let mut row: Vec<f32> = (0..n).map(|i| ((i * 7919) % 997) as f32 * 0.013 - 6.0).collect();
+            row.iter_mut().step_by(5).for_each(|v| *v = f32::NEG_INFINITY);
+            for level in isa::available() {
+                isa::with_isa(level, || {
+                    let mut out = Vec::new();
+                    top_k(&row, 8, &mut out);
+                    let fused = ops::log_sum_exp_with_max(&row, out[0].1);
+                    assert_eq!(fused.to_bits(), ops::log_sum_exp(&row).to_bits(), "{level:?} n {n}");
+                });
+            }
+        }
+    }
 
     #[test]
     fn top_k_orders_and_breaks_ties_by_index() {

@@ -199,7 +199,11 @@ fn fold8(v: &[f32; 8]) -> f32 {
 /// `max(x) + ln(sum(exp(x - max)))`: what log-softmax subtracts from every element, with
 /// CTranslate2's arithmetic (`x + (-max - ln(sum))` is the same number as `x - this`).
 pub fn log_sum_exp(x: &[f32]) -> f32 {
-    let max = max_value(x);
+    log_sum_exp_with_max(x, max_value(x))
+}
+
+/// `log_sum_exp` of a row whose largest element (`max_value`) is already known.
+pub fn log_sum_exp_with_max(x: &[f32], max: f32) -> f32 {
     if !max.is_finite() {
         return max;
     }
