@@ -35,16 +35,40 @@ impl OutPtr {
 pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl Fn(usize, usize) + Sync) {
     if threads > 1 && work >= 1 << 20 && panels >= 2 * threads {
         let chunk = panels.div_ceil(threads);
+        // The pool's threads run at the level forced on this one (isa::with_isa), so that
+        // whatever `run` dispatches matches the level the caller chose.
+        let forced = isa::forced_here();
         rayon::scope(|s| {
             for t in 0..threads {
                 let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
                 if p0 < p1 {
                     let run = &run;
-                    s.spawn(move |_| run(p0, p1));
+                    s.spawn(move |_| match forced {
+                        Some(level) => isa::with_isa(level, || run(p0, p1)),
+                        None => run(p0, p1),
+                    });
                 }
             }
         });
     } else {
         run(0, panels);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A product split across the pool runs every part at the level forced on the caller.
+    #[test]
+    fn split_products_run_at_the_forced_level() {
+        let seen = Mutex::new(Vec::new());
+        isa::with_isa(isa::Isa::Scalar, || {
+            split_panels(64, 4, 1 << 24, |p0, _| seen.lock().unwrap().push((p0, isa::current())));
+        });
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), 4);
+        assert!(seen.iter().all(|&(_, level)| level == isa::Isa::Scalar), "{seen:?}");
     }
 }
