@@ -239,7 +239,13 @@ fn max_generic(x: &[f32]) -> f32 {
 /// accumulation (GCC contracted it into an FMA), folded as `reduce_m256`, then the tail with
 /// the C library's `expf`; 8 elements or fewer all with `expf`.
 fn sum_exp_shifted(x: &[f32], shift: f32) -> f32 {
-    dispatch_isa!(sum_exp_generic(x: &[f32], shift: f32) -> f32)
+    #[cfg(target_arch = "x86_64")]
+    if isa::current().float_level() != FloatLevel::Scalar {
+        // SAFETY: both vector levels have AVX2 and FMA (isa::current never reports more
+        // than the CPU supports).
+        return unsafe { x86::sum_exp_avx2(x, shift) };
+    }
+    sum_exp_generic(x, shift)
 }
 
 #[inline(always)]
@@ -305,6 +311,54 @@ fn exp_parts(x: f32) -> (f32, f32) {
     // (a conversion that vectorizes, unlike the saturating `as i32`).
     let n = (fx + 12_582_912.0).to_bits() as i32 - 0x4B40_0000;
     (y, f32::from_bits(((n + 127) as u32) << 23))
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// `sum_exp_generic` with explicit AVX2 vectors, the same operations in the same order
+    /// (the compiler split the portable version's accumulation into 2- and 4-wide pieces
+    /// and spilled its constants; this is 2x faster).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn sum_exp_avx2(x: &[f32], shift: f32) -> f32 {
+        if x.len() <= 8 {
+            return x.iter().fold(0.0, |s, &v| s + (v - shift).exp());
+        }
+        let shift_v = _mm256_set1_ps(shift);
+        let mut acc = _mm256_setzero_ps();
+        let chunks = x.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            let (y, pow2n) = exp_parts8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), shift_v));
+            acc = _mm256_fmadd_ps(y, pow2n, acc);
+        }
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        rest.iter().fold(fold8(&lanes), |s, &v| s + (v - shift).exp())
+    }
+
+    /// `exp_parts` of 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn exp_parts8(x: __m256) -> (__m256, __m256) {
+        let set = _mm256_set1_ps;
+        // min/max return their second operand when the first is NaN, as f32::min/max do.
+        let x = _mm256_max_ps(_mm256_min_ps(x, set(EXP_HI)), set(EXP_LO));
+        let fx = _mm256_floor_ps(_mm256_fmadd_ps(x, set(LOG2EF), set(0.5)));
+        let x = _mm256_fnmadd_ps(fx, set(EXP_C1), x);
+        let x = _mm256_fnmadd_ps(fx, set(EXP_C2), x);
+        let z = _mm256_mul_ps(x, x);
+        let mut y = _mm256_fmadd_ps(x, set(EXP_P[0]), set(EXP_P[1]));
+        for p in &EXP_P[2..] {
+            y = _mm256_fmadd_ps(y, x, set(*p));
+        }
+        let y = _mm256_add_ps(_mm256_fmadd_ps(y, z, x), set(1.0));
+        let n = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(fx, set(12_582_912.0))), _mm256_set1_epi32(0x4B40_0000));
+        let pow2n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n, _mm256_set1_epi32(127))));
+        (y, pow2n)
+    }
 }
 
 /// `exp(x)` with CTranslate2's vectorized polynomial (see `exp_parts`).
@@ -513,6 +567,37 @@ fn expf_table(ki: &[u64; 16], permutes: bool) -> [u64; 16] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The explicit AVX2 sum of exponentials is the portable one bit for bit (blocks,
+    /// 8-lane rest, libm tail; clamped, NaN and infinite inputs).
+    #[test]
+    fn explicit_avx2_sum_exp_is_bit_identical_to_the_portable_one() {
+        if !isa::Isa::Avx2.is_supported() {
+            return;
+        }
+        let mut seed = 7u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed >> 8) as f32 / (1 << 24) as f32
+        };
+        for len in (0..80).chain([1000, 65_001]) {
+            for spread in [1.0f32, 30.0, 300.0] {
+                let mut x: Vec<f32> = (0..len).map(|_| (next() - 0.7) * spread).collect();
+                if len > 40 && spread > 100.0 {
+                    x[3] = f32::NEG_INFINITY;
+                    x[17] = f32::NAN;
+                    x[21] = f32::INFINITY;
+                }
+                let shift = x.iter().copied().fold(f32::NEG_INFINITY, f32::max).max(0.0);
+                // SAFETY: AVX2 and FMA are supported (checked above).
+                let fast = unsafe { x86::sum_exp_avx2(&x, shift) };
+                let portable = sum_exp_generic(&x, shift);
+                assert_eq!(fast.to_bits(), portable.to_bits(), "len {len} spread {spread}: {fast} vs {portable}");
+            }
+        }
+    }
 
     #[test]
     fn argmax_takes_the_first_maximum() {
