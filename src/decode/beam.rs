@@ -168,8 +168,10 @@ pub fn beam_continuous(
                 top_k(row, num_candidates, &mut candidates);
                 // The best candidate is the row's largest logit: no pass for the maximum
                 // (a NaN in the row makes the sum NaN either way).
+                // Meanwhile the next row is fetched (the logits of a step outgrow the caches).
+                let next = row.as_ptr().wrapping_add(vocab);
                 let shift = match candidates.first() {
-                    Some(&(_, best)) if !best.is_nan() => ops::log_sum_exp_with_max(row, best),
+                    Some(&(_, best)) if !best.is_nan() => ops::log_sum_exp_then(row, best, next),
                     _ => ops::log_sum_exp(row),
                 };
                 row_candidates.extend(candidates.iter().map(|&(id, logit)| {

@@ -204,10 +204,17 @@ pub fn log_sum_exp(x: &[f32]) -> f32 {
 
 /// `log_sum_exp` of a row whose largest element (`max_value`) is already known.
 pub fn log_sum_exp_with_max(x: &[f32], max: f32) -> f32 {
+    log_sum_exp_then(x, max, std::ptr::null())
+}
+
+/// `log_sum_exp_with_max`, asking meanwhile for the `x.len()` floats at `next` (the row
+/// to be read after this one, or null) to be fetched into L2. `next` is never read: a
+/// prefetch is a hint.
+pub fn log_sum_exp_then(x: &[f32], max: f32, next: *const f32) -> f32 {
     if !max.is_finite() {
         return max;
     }
-    max + sum_exp_shifted(x, max).ln()
+    max + sum_exp_shifted(x, max, next).ln()
 }
 
 /// Log-softmax of one row, in place.
@@ -238,13 +245,14 @@ fn max_generic(x: &[f32]) -> f32 {
 /// elements, 8 lanes of the polynomial exp whose final `y * 2^n` is fused into the
 /// accumulation (GCC contracted it into an FMA), folded as `reduce_m256`, then the tail with
 /// the C library's `expf`; 8 elements or fewer all with `expf`.
-fn sum_exp_shifted(x: &[f32], shift: f32) -> f32 {
+fn sum_exp_shifted(x: &[f32], shift: f32, next: *const f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if isa::current().float_level() != FloatLevel::Scalar {
         // SAFETY: both vector levels have AVX2 and FMA (isa::current never reports more
-        // than the CPU supports).
-        return unsafe { x86::sum_exp_avx2(x, shift) };
+        // than the CPU supports); `next` is only prefetched.
+        return unsafe { x86::sum_exp_avx2(x, shift, next) };
     }
+    let _ = next;
     sum_exp_generic(x, shift)
 }
 
@@ -322,7 +330,7 @@ mod x86 {
     /// (the compiler split the portable version's accumulation into 2- and 4-wide pieces
     /// and spilled its constants; this is 2x faster).
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn sum_exp_avx2(x: &[f32], shift: f32) -> f32 {
+    pub unsafe fn sum_exp_avx2(x: &[f32], shift: f32, next: *const f32) -> f32 {
         if x.len() <= 8 {
             return x.iter().fold(0.0, |s, &v| s + (v - shift).exp());
         }
@@ -330,7 +338,11 @@ mod x86 {
         let mut acc = _mm256_setzero_ps();
         let chunks = x.chunks_exact(8);
         let rest = chunks.remainder();
-        for c in chunks {
+        for (i, c) in chunks.enumerate() {
+            if !next.is_null() && i % 2 == 0 {
+                // One line of the next row per line of this one (prefetches never fault).
+                _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(8 * i) as *const i8);
+            }
             let (y, pow2n) = exp_parts8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), shift_v));
             acc = _mm256_fmadd_ps(y, pow2n, acc);
         }
@@ -592,7 +604,7 @@ mod tests {
                 }
                 let shift = x.iter().copied().fold(f32::NEG_INFINITY, f32::max).max(0.0);
                 // SAFETY: AVX2 and FMA are supported (checked above).
-                let fast = unsafe { x86::sum_exp_avx2(&x, shift) };
+                let fast = unsafe { x86::sum_exp_avx2(&x, shift, x.as_ptr()) };
                 let portable = sum_exp_generic(&x, shift);
                 assert_eq!(fast.to_bits(), portable.to_bits(), "len {len} spread {spread}: {fast} vs {portable}");
             }
