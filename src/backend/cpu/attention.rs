@@ -503,108 +503,20 @@ fn attend_row_generic(
     weighted_values::<true>(scores, &values, len, head_dim, out);
 }
 
-/// Every query row of one sequence attending over the sequence's `len` keys/values (the
-/// encoder's self-attention): `attend_row` with several query rows for each of them, row
-/// `t`'s query at `queries[t * stride..]`, its output `out[t * num_heads * head_dim..]`.
-/// Each head's keys are transposed once to `[head_dim][len rounded up to 8]`, so that the
-/// dots with eight keys run as the lanes of one vector: each lane is still the sequential
-/// FMA chain in element order that `key_scores` computes, with the same bits (2.1x faster
-/// than row by row at 26 keys, which was 4% of int8 greedy decoding at AVX2).
-#[allow(clippy::too_many_arguments)]
-pub fn attend_sequence(
-    queries: &[f32],
-    stride: usize,
-    keys: KvView,
-    values: KvView,
-    len: usize,
-    num_heads: usize,
-    head_dim: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    dispatch_isa!(attend_sequence_generic(
-        queries: &[f32],
-        stride: usize,
-        keys: KvView,
-        values: KvView,
-        len: usize,
-        num_heads: usize,
-        head_dim: usize,
-        scale: f32,
-        out: &mut [f32]
-    ) -> ())
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn attend_sequence_generic(
-    queries: &[f32],
-    stride: usize,
-    keys: KvView,
-    values: KvView,
-    len: usize,
-    num_heads: usize,
-    head_dim: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let width = num_heads * head_dim;
-    let lanes = len.div_ceil(8) * 8;
-    // Head h's transposed keys at [h * head_dim * lanes..]: element p of key j at p * lanes + j.
-    let mut transposed = vec![0.0f32; width * lanes];
-    for (first, count, rows) in keys.blocks(len) {
-        for i in 0..count {
-            for h in 0..num_heads {
-                let head = &mut transposed[h * head_dim * lanes..(h + 1) * head_dim * lanes];
-                for (p, &v) in rows.head(i, h, head_dim).iter().enumerate() {
-                    head[p * lanes + first + i] = v;
-                }
-            }
-        }
-    }
-    let mut scores = vec![0.0f32; 2 * num_heads * len];
-    let mut t = 0;
-    while t < len {
-        // Two query rows by 32 keys at a time: 8 independent vector chains in flight (one
-        // chain alone would wait on the FMA latency). An odd last row is computed twice.
-        let rows = 2.min(len - t);
-        for h in 0..num_heads {
-            let head = &transposed[h * head_dim * lanes..(h + 1) * head_dim * lanes];
-            let q = |r: usize| &queries[(t + r) * stride + h * head_dim..(t + r) * stride + (h + 1) * head_dim];
-            for g in (0..lanes).step_by(32) {
-                let (q0, q1) = (q(0), q(rows - 1));
-                let acc = match ((lanes - g) / 8).min(4) {
-                    1 => widen(key_dots::<1>(head, lanes, g, q0, q1)),
-                    2 => widen(key_dots::<2>(head, lanes, g, q0, q1)),
-                    3 => widen(key_dots::<3>(head, lanes, g, q0, q1)),
-                    _ => key_dots::<4>(head, lanes, g, q0, q1),
-                };
-                for (r, acc) in acc.iter().enumerate().take(rows) {
-                    let scores = &mut scores[(r * num_heads + h) * len..(r * num_heads + h + 1) * len];
-                    for (s, a) in scores[g.min(len)..].iter_mut().zip(acc.iter().flatten()) {
-                        *s = a * scale;
-                    }
-                }
-            }
-        }
-        for (r, out) in out[t * width..(t + rows) * width].chunks_exact_mut(width).enumerate() {
-            let scores = &mut scores[r * num_heads * len..(r + 1) * num_heads * len];
-            scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
-            weighted_values::<true>(scores, &values, len, head_dim, out);
-        }
-        t += rows;
-    }
-}
-
-/// Several query rows attending over the same keys/values (a beam search's hypotheses of
-/// one example in cross-attention): `attend_row` with several query rows for each, row
-/// `r`'s query at `queries[r * width..]` and output at `out[r * width..]` (`width =
-/// num_heads * head_dim`). The queries are transposed four rows at a time, so that each
-/// key element multiplies four rows as one vector FMA: each lane is still the sequential
-/// FMA chain in element order that `key_scores` computes, with the same bits.
+/// Several query rows attending over the same `len` keys/values, each as `attend_row` with
+/// several query rows computes it (CTranslate2's batched product): the encoder's
+/// self-attention (every row of a sequence) and beam search's cross-attention (an
+/// example's hypotheses). Row `r`'s query is at `queries[r * stride..]`, its output at
+/// `out[r * num_heads * head_dim..]`. The dots run as vectors whose lanes are each still
+/// the sequential FMA chain in element order that `key_scores` computes, with the same
+/// bits: with 8 rows or more, each head's keys are transposed once and eight keys fill a
+/// vector (2.1x faster than row by row on a 26-token sequence, which was 4% of int8 greedy
+/// decoding at AVX2); with fewer, the queries are transposed four rows at a time and one
+/// key element multiplies the four rows (beam search's hypotheses; it was a scalar FMA per row).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_rows(
     queries: &[f32],
+    stride: usize,
     rows: usize,
     keys: KvView,
     values: KvView,
@@ -616,6 +528,7 @@ pub fn attend_rows(
 ) {
     dispatch_isa!(attend_rows_generic(
         queries: &[f32],
+        stride: usize,
         rows: usize,
         keys: KvView,
         values: KvView,
@@ -627,10 +540,21 @@ pub fn attend_rows(
     ) -> ())
 }
 
+/// The query rows of one chunk of `attend_rows`, and where their scores go.
+struct RowChunk<'a> {
+    queries: &'a [f32],
+    stride: usize,
+    first: usize,
+    rows: usize,
+    /// Row `r`'s head `h` at `[(r * num_heads + h) * len..][..len]`.
+    scores: &'a mut [f32],
+}
+
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn attend_rows_generic(
     queries: &[f32],
+    stride: usize,
     rows: usize,
     keys: KvView,
     values: KvView,
@@ -640,35 +564,97 @@ fn attend_rows_generic(
     scale: f32,
     out: &mut [f32],
 ) {
-    const LANES: usize = 4;
     let width = num_heads * head_dim;
-    // Element p of head h of the chunk's row r at [(h * head_dim + p) * LANES + r] (rows
-    // past the last zero).
-    let mut transposed = vec![0.0f32; width * LANES];
-    let mut scores = vec![0.0f32; LANES * num_heads * len];
-    for r0 in (0..rows).step_by(LANES) {
-        let chunk = LANES.min(rows - r0);
-        transposed.fill(0.0);
-        for r in 0..chunk {
-            for (e, &v) in queries[(r0 + r) * width..(r0 + r + 1) * width].iter().enumerate() {
-                transposed[e * LANES + r] = v;
-            }
+    let shape = (len, num_heads, head_dim, scale);
+    let by_keys = rows >= 8;
+    // Rows per chunk: two by 32 transposed keys make 8 independent vector chains (one alone
+    // would wait on the FMA latency; an odd last row is computed twice), or the four rows of
+    // a transposed query block.
+    let chunk_rows = if by_keys { 2 } else { 4 };
+    let mut transposed = if by_keys { transpose_keys(&keys, shape) } else { vec![0.0f32; width * 4] };
+    let mut scores = vec![0.0f32; chunk_rows * num_heads * len];
+    for first in (0..rows).step_by(chunk_rows) {
+        let count = chunk_rows.min(rows - first);
+        let chunk = RowChunk { queries, stride, first, rows: count, scores: &mut scores };
+        if by_keys {
+            scores_by_transposed_keys(&transposed, chunk, shape);
+        } else {
+            scores_by_transposed_queries(&mut transposed, &keys, chunk, shape);
         }
-        for (first, count, keys) in keys.groups(len) {
-            for h in 0..num_heads {
-                let q = &transposed[h * head_dim * LANES..(h + 1) * head_dim * LANES];
-                let acc = if count == 8 { row_dots::<8>(q, &keys, h, head_dim) } else { row_dots_few(q, &keys, count, h, head_dim) };
-                for (i, acc) in acc.iter().take(count).enumerate() {
-                    for (r, &a) in acc.iter().take(chunk).enumerate() {
-                        scores[(r * num_heads + h) * len + first + i] = a * scale;
-                    }
-                }
-            }
-        }
-        for (r, out) in out[r0 * width..(r0 + chunk) * width].chunks_exact_mut(width).enumerate() {
+        for (r, out) in out[first * width..(first + count) * width].chunks_exact_mut(width).enumerate() {
             let scores = &mut scores[r * num_heads * len..(r + 1) * num_heads * len];
             scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
             weighted_values::<true>(scores, &values, len, head_dim, out);
+        }
+    }
+}
+
+/// Each head's keys as `[head_dim][len rounded up to 8]` (head h at `[h * head_dim *
+/// lanes..]`, the padding zero).
+#[inline(always)]
+fn transpose_keys(keys: &KvView, (len, num_heads, head_dim, _): (usize, usize, usize, f32)) -> Vec<f32> {
+    let lanes = len.div_ceil(8) * 8;
+    let mut transposed = vec![0.0f32; num_heads * head_dim * lanes];
+    for (first, count, rows) in keys.blocks(len) {
+        for i in 0..count {
+            for h in 0..num_heads {
+                let head = &mut transposed[h * head_dim * lanes..(h + 1) * head_dim * lanes];
+                for (p, &v) in rows.head(i, h, head_dim).iter().enumerate() {
+                    head[p * lanes + first + i] = v;
+                }
+            }
+        }
+    }
+    transposed
+}
+
+/// The scores of (at most) two rows against the keys of `transpose_keys`, 32 at a time.
+#[inline(always)]
+fn scores_by_transposed_keys(transposed: &[f32], chunk: RowChunk, (len, num_heads, head_dim, scale): (usize, usize, usize, f32)) {
+    let lanes = len.div_ceil(8) * 8;
+    let RowChunk { queries, stride, first, rows, scores } = chunk;
+    for h in 0..num_heads {
+        let head = &transposed[h * head_dim * lanes..(h + 1) * head_dim * lanes];
+        let q = |r: usize| &queries[(first + r) * stride + h * head_dim..(first + r) * stride + (h + 1) * head_dim];
+        for g in (0..lanes).step_by(32) {
+            let (q0, q1) = (q(0), q(rows - 1));
+            let acc = match ((lanes - g) / 8).min(4) {
+                1 => widen(key_dots::<1>(head, lanes, g, q0, q1)),
+                2 => widen(key_dots::<2>(head, lanes, g, q0, q1)),
+                3 => widen(key_dots::<3>(head, lanes, g, q0, q1)),
+                _ => key_dots::<4>(head, lanes, g, q0, q1),
+            };
+            for (r, acc) in acc.iter().enumerate().take(rows) {
+                let scores = &mut scores[(r * num_heads + h) * len..(r * num_heads + h + 1) * len];
+                for (s, a) in scores[g.min(len)..].iter_mut().zip(acc.iter().flatten()) {
+                    *s = a * scale;
+                }
+            }
+        }
+    }
+}
+
+/// The scores of (at most) four rows, transposed into `transposed` (`[(h * head_dim + p) *
+/// 4 + r]`, rows past the chunk zero), against the keys in groups of 8.
+#[inline(always)]
+fn scores_by_transposed_queries(transposed: &mut [f32], keys: &KvView, chunk: RowChunk, (len, num_heads, head_dim, scale): (usize, usize, usize, f32)) {
+    let width = num_heads * head_dim;
+    let RowChunk { queries, stride, first, rows, scores } = chunk;
+    transposed.fill(0.0);
+    for r in 0..rows {
+        for (e, &v) in queries[(first + r) * stride..(first + r) * stride + width].iter().enumerate() {
+            transposed[e * 4 + r] = v;
+        }
+    }
+    for (first_key, count, group) in keys.groups(len) {
+        for h in 0..num_heads {
+            let q = &transposed[h * head_dim * 4..(h + 1) * head_dim * 4];
+            let acc = if count == 8 { row_dots::<8>(q, &group, h, head_dim) } else { row_dots_few(q, &group, count, h, head_dim) };
+            for (i, acc) in acc.iter().take(count).enumerate() {
+                for (r, &a) in acc.iter().take(rows).enumerate() {
+                    scores[(r * num_heads + h) * len + first_key + i] = a * scale;
+                }
+            }
         }
     }
 }
@@ -902,54 +888,39 @@ mod tests {
         }
     }
 
-    /// The encoder's whole-sequence attention (keys transposed, eight dots per vector)
-    /// gives each row the bits of `attend_row` with several query rows, on every ISA.
+    /// Several query rows over shared keys give each row the bits of `attend_row` with
+    /// several query rows, on every ISA: a sequence's own rows (the encoder, queries at a
+    /// stride, 8 rows or more taking the transposed keys) and an example's beam rows (fewer
+    /// than 8 taking transposed queries, 8 the keys).
     #[test]
-    fn sequence_attention_is_row_attention_bit_for_bit() {
+    fn several_rows_are_row_attention_bit_for_bit() {
         for (heads, d) in [(2, 64), (3, 24)] {
             let width = heads * d;
-            for len in [1, 5, 8, 9, 17, 26] {
-                // A sequence's rows as the encoder lays them out: [query | key | value].
-                let qkv = values(900 + len as u32, len * 3 * width);
-                let seq = &qkv[..];
-                let keys = KvView::contiguous(&seq, 3 * width, width);
-                let vals = KvView::contiguous(&seq, 3 * width, 2 * width);
-                for level in isa::available() {
-                    let mut whole = vec![f32::NAN; len * width];
-                    isa::with_isa(level, || attend_sequence(seq, 3 * width, keys, vals, len, heads, d, 0.125, &mut whole));
-                    for t in 0..len {
-                        let mut row = vec![0.0f32; width];
-                        let q = &seq[t * 3 * width..t * 3 * width + width];
-                        isa::with_isa(level, || attend_row(q, keys, vals, len, heads, d, 0.125, false, &mut Vec::new(), &mut row));
-                        let same = row.iter().zip(&whole[t * width..]).all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "{level:?} heads {heads} d {d} len {len} row {t}");
-                    }
-                }
-            }
-        }
-    }
-
-    /// Several query rows over shared keys (beam search's cross-attention) give each row
-    /// the bits of `attend_row` with several query rows, on every ISA.
-    #[test]
-    fn shared_key_rows_are_row_attention_bit_for_bit() {
-        for (heads, d) in [(2, 64), (3, 24)] {
-            let width = heads * d;
-            for (rows, len) in [(1, 1), (2, 5), (4, 8), (4, 26), (5, 9), (8, 17), (3, 40)] {
-                let queries = values(500 + len as u32, rows * width);
-                let kv = values(700 + len as u32, len * 2 * width);
+            let sequences = [1, 5, 8, 9, 17, 26].map(|len| (len, len, true));
+            let beams = [(1, 1), (2, 5), (4, 8), (4, 26), (5, 9), (8, 17), (3, 40)].map(|(rows, len)| (rows, len, false));
+            for (rows, len, sequence) in sequences.into_iter().chain(beams) {
+                // A sequence's rows as the encoder lays them out, [query | key | value]; beam
+                // rows' queries apart from the [key | value] rows they share.
+                let (kv, beam_queries) = match sequence {
+                    true => (values(900 + len as u32, len * 3 * width), Vec::new()),
+                    false => (values(700 + len as u32, len * 2 * width), values(500 + len as u32, rows * width)),
+                };
                 let kv = &kv[..];
-                let keys = KvView::contiguous(&kv, 2 * width, 0);
-                let vals = KvView::contiguous(&kv, 2 * width, width);
+                let (queries, stride, kv_stride, keys_at) = match sequence {
+                    true => (kv, 3 * width, 3 * width, width),
+                    false => (&beam_queries[..], width, 2 * width, 0),
+                };
+                let keys = KvView::contiguous(&kv, kv_stride, keys_at);
+                let vals = KvView::contiguous(&kv, kv_stride, keys_at + width);
                 for level in isa::available() {
                     let mut all = vec![f32::NAN; rows * width];
-                    isa::with_isa(level, || attend_rows(&queries, rows, keys, vals, len, heads, d, 0.125, &mut all));
+                    isa::with_isa(level, || attend_rows(queries, stride, rows, keys, vals, len, heads, d, 0.125, &mut all));
                     for r in 0..rows {
                         let mut row = vec![0.0f32; width];
-                        let q = &queries[r * width..(r + 1) * width];
+                        let q = &queries[r * stride..r * stride + width];
                         isa::with_isa(level, || attend_row(q, keys, vals, len, heads, d, 0.125, false, &mut Vec::new(), &mut row));
                         let same = row.iter().zip(&all[r * width..]).all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "{level:?} heads {heads} d {d} rows {rows} len {len} row {r}");
+                        assert!(same, "{level:?} heads {heads} d {d} rows {rows} len {len} sequence {sequence} row {r}");
                     }
                 }
             }

@@ -4,7 +4,7 @@
 //! ([`FloatOrder`]), which is what keeps Tolk's outputs identical to theirs.
 use std::sync::Arc;
 
-use super::attention::{attend_row, attend_row_padded, attend_row_sequential, attend_rows, attend_sequence, KvView};
+use super::attention::{attend_row, attend_row_padded, attend_row_sequential, attend_rows, KvView};
 use super::int16::PackedI16Matrix;
 use super::int8::PackedI8Matrix;
 use super::isa;
@@ -155,7 +155,7 @@ impl Backend for CpuBackend {
             let keys = KvView::contiguous(&seq, 3 * d, d);
             let values = KvView::contiguous(&seq, 3 * d, 2 * d);
             if order == FloatOrder::Ctranslate2 {
-                attend_sequence(seq, 3 * d, keys, values, len, heads, head_dim, scale, &mut out[off * d..(off + len) * d]);
+                attend_rows(seq, 3 * d, len, keys, values, len, heads, head_dim, scale, &mut out[off * d..(off + len) * d]);
                 continue;
             }
             for t in 0..len {
@@ -238,7 +238,7 @@ impl Backend for CpuBackend {
                     }
                 }
                 FloatOrder::Ctranslate2 if rows == 1 => attend_row_padded(q, keys, values, len, padded, heads, head_dim, scale, true, &mut scores, o),
-                FloatOrder::Ctranslate2 => attend_rows(q, rows, keys, values, len, heads, head_dim, scale, o),
+                FloatOrder::Ctranslate2 => attend_rows(q, d, rows, keys, values, len, heads, head_dim, scale, o),
             }
             r += rows;
         }
