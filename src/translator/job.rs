@@ -225,10 +225,7 @@ impl<T: Send + 'static> Task for BatchTask<T> {
             request.finish_batch(self.batch, None);
             return;
         }
-        match request.isa {
-            Some(isa) => crate::backend::cpu::isa::with_isa(isa, || run_continuous(request, self.batch, worker)),
-            None => run_continuous(request, self.batch, worker),
-        }
+        crate::backend::cpu::isa::with_forced(request.isa, || run_continuous(request, self.batch, worker));
     }
 
     fn abandon(self: Box<Self>) {

@@ -122,6 +122,15 @@ pub fn forced_here() -> Option<Isa> {
     OVERRIDE.with(Cell::get)
 }
 
+/// Runs `f` at the level `forced` that [`forced_here`] gave on another thread (work handed
+/// over to a worker), or unforced.
+pub fn with_forced<R>(forced: Option<Isa>, f: impl FnOnce() -> R) -> R {
+    match forced {
+        Some(isa) => with_isa(isa, f),
+        None => f(),
+    }
+}
+
 /// Runs `f` with kernels forced to `isa` on this thread (for tests and benchmarks), and
 /// on the translator workers that run the translations it submits.
 pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {

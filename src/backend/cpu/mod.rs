@@ -43,10 +43,7 @@ pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl
                 let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
                 if p0 < p1 {
                     let run = &run;
-                    s.spawn(move |_| match forced {
-                        Some(level) => isa::with_isa(level, || run(p0, p1)),
-                        None => run(p0, p1),
-                    });
+                    s.spawn(move |_| isa::with_forced(forced, || run(p0, p1)));
                 }
             }
         });
