@@ -307,7 +307,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
         false
     }
     /// Appends the rows of `src` after those of `dst` (only where `can_append_rows`).
-    fn append_rows(&self, _dst: &mut Self::Buffer, _src: Self::Buffer) {
+    fn append_rows(&self, _dst: &mut Self::Buffer, _src: &Self::Buffer) {
         unreachable!("append_rows is only called where can_append_rows")
     }
     /// Sets rows `rows` of `x` (width `dim`) to zero (only where `can_append_rows`: rows

@@ -219,19 +219,18 @@ impl<B: Backend> DecoderState<B> {
     }
 
     /// Appends the rows of `other`, a state of the same decoder for other examples, after
-    /// this state's rows. The caller checks `Decoder::can_append` first.
+    /// this state's rows, all but the cross-attention keys/values (see
+    /// `Decoder::append_examples`).
     fn append(&mut self, b: &B, other: DecoderState<B>) {
+        debug_assert!(other.memory_kv.is_empty(), "the joining examples' keys/values are appended layer by layer");
         let examples = self.memory.lengths.len();
         self.row_example.extend(other.row_example.iter().map(|e| e + examples));
         for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
             match (mine, theirs) {
                 (LayerState::Cache(mine), LayerState::Cache(theirs)) => b.append_kv_cache(mine, theirs),
-                (LayerState::Cells(mine), LayerState::Cells(theirs)) => b.append_rows(mine, theirs),
+                (LayerState::Cells(mine), LayerState::Cells(theirs)) => b.append_rows(mine, &theirs),
                 _ => unreachable!("states of one decoder have the same layers"),
             }
-        }
-        for (mine, theirs) in self.memory_kv.iter_mut().zip(other.memory_kv) {
-            b.append_rows(mine, theirs);
         }
         self.memory.append(other.memory);
         self.steps.extend(other.steps);
@@ -327,7 +326,29 @@ impl<B: Backend> Decoder<B> {
                 kv
             })
             .collect();
-        let rows = memory.layout.lengths.len();
+        Ok(self.state_of(memory.layout, memory_kv, output))
+    }
+
+    /// Adds the examples of `memory` to `state` (continuous batching; the caller checks
+    /// `can_append`): their rows after `state`'s. Their cross-attention keys/values are
+    /// computed one layer at a time into one buffer and appended to the layer's, so that a
+    /// join holds one layer's copy at a time rather than every layer's twice.
+    pub fn append_examples(&self, ctx: &Ctx, state: &mut DecoderState<B>, memory: EncoderOutput<B>) {
+        let b = &self.backend;
+        let total = memory.layout.total_rows();
+        let mut kv = B::Buffer::default();
+        for (layer, dst) in self.layers.iter().zip(&mut state.memory_kv) {
+            layer.cross_attention.kv.forward(b, ctx, &memory.data, total, &mut kv);
+            b.append_rows(dst, &kv);
+        }
+        let joining = self.state_of(memory.layout, Vec::new(), None);
+        state.append(b, joining);
+    }
+
+    /// A state for the examples of `memory`, no row decoded yet.
+    fn state_of(&self, memory: SequenceLayout, memory_kv: Vec<B::Buffer>, output: Option<OutputSubset<B>>) -> DecoderState<B> {
+        let b = &self.backend;
+        let rows = memory.lengths.len();
         let d = self.embeddings.dim();
         let layers = self
             .layers
@@ -341,17 +362,17 @@ impl<B: Backend> Decoder<B> {
                 DecoderSelfAttention::Attention(_) => LayerState::Cache(b.new_kv_cache(rows)),
             })
             .collect();
-        Ok(DecoderState {
+        DecoderState {
             row_example: (0..rows).collect(),
             layers,
             output,
             memory_kv,
-            memory: memory.layout,
+            memory,
             steps: vec![0; rows],
             scratch: Scratch::default(),
             x: B::Buffer::default(),
             logits: B::Buffer::default(),
-        })
+        }
     }
 
     /// Keeps rows `sources[i]` as the new row `i` (beam reordering, finished rows removed).
@@ -591,8 +612,7 @@ impl<B: Backend> DecoderSession for TransformerSession<'_, B> {
         // extend it instead of reusing them, and the process grows by a batch's worth.
         crate::release_free_memory();
         let memory = self.encoder.forward(ctx, sources);
-        let state = self.decoder.initial_state(ctx, memory, None)?;
-        self.state.append(&self.decoder.backend, state);
+        self.decoder.append_examples(ctx, &mut self.state, memory);
         Ok(true)
     }
 }

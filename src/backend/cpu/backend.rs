@@ -265,16 +265,26 @@ impl Backend for CpuBackend {
     }
 
     fn reorder_rows(&self, x: &mut Vec<f32>, dim: usize, sources: &[usize]) {
-        *x = sources.iter().flat_map(|&s| x[s * dim..(s + 1) * dim].iter().copied()).collect();
+        if sources.windows(2).all(|w| w[0] < w[1]) {
+            // Rows kept in order (finished examples dropped): moved down in place, so the
+            // buffer's pages are neither copied nor handed back and faulted in again.
+            for (i, &s) in sources.iter().enumerate() {
+                x.copy_within(s * dim..(s + 1) * dim, i * dim);
+            }
+            x.truncate(sources.len() * dim);
+            x.shrink_to_fit();
+        } else {
+            *x = sources.iter().flat_map(|&s| x[s * dim..(s + 1) * dim].iter().copied()).collect();
+        }
     }
 
     fn can_append_rows(&self) -> bool {
         true
     }
 
-    fn append_rows(&self, dst: &mut Vec<f32>, src: Vec<f32>) {
+    fn append_rows(&self, dst: &mut Vec<f32>, src: &Vec<f32>) {
         dst.reserve_exact(src.len());
-        dst.extend_from_slice(&src);
+        dst.extend_from_slice(src);
     }
 
     fn zero_rows(&self, x: &mut Vec<f32>, dim: usize, rows: &[usize]) {

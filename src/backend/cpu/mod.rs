@@ -68,4 +68,19 @@ mod tests {
         assert_eq!(seen.len(), 4);
         assert!(seen.iter().all(|&(_, level)| level == isa::Isa::Scalar), "{seen:?}");
     }
+
+    /// Keeping rows in order (moved down in place) and in any other order (gathered into a
+    /// new buffer) give the rows asked for.
+    #[test]
+    fn reordered_rows_are_the_rows_asked_for() {
+        use crate::backend::Backend;
+        let (b, dim) = (backend::CpuBackend, 3);
+        let rows: Vec<f32> = (0..6 * dim).map(|v| v as f32).collect();
+        for sources in [vec![1, 2, 5], vec![0, 1, 2, 3, 4, 5], vec![], vec![5], vec![3, 3, 0], vec![2, 1]] {
+            let mut x = rows.clone();
+            b.reorder_rows(&mut x, dim, &sources);
+            let expected: Vec<f32> = sources.iter().flat_map(|&s| rows[s * dim..(s + 1) * dim].to_vec()).collect();
+            assert_eq!(x, expected, "sources {sources:?}");
+        }
+    }
 }
