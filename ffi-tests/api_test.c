@@ -202,6 +202,10 @@ static void test_bad_options(TolkModel *model) {
     bad = tolk_translate_options_default();
     bad.end_token = "never-seen-token";
     CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    bad = tolk_translate_options_default();
+    bad.kv_cache_type = "float8";
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &bad, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(tolk_last_error(), "kv_cache_type") != NULL);
     const char *invalid_utf8[] = {"\xff\xfe"};
     const char *const *bad_batch[] = {invalid_utf8};
     size_t one[] = {1};
@@ -249,6 +253,19 @@ static void test_translate(TolkModel *model) {
     CHECK_STATUS(tolk_result_hypothesis(result, (size_t)-1, 0, &tokens, &n, NULL), TOLK_ERROR_OUT_OF_RANGE);
     CHECK_STATUS(tolk_result_hypothesis(result, 0, 2, &tokens, &n, NULL), TOLK_ERROR_OUT_OF_RANGE);
     tolk_result_free(result);
+
+    /* Keys/values kept compactly: the same shape of results, scores close to float32's. */
+    const char *kv_types[] = {"bfloat16", "int8"};
+    for (size_t k = 0; k < 2; k++) {
+        opts.kv_cache_type = kv_types[k];
+        result = NULL;
+        CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result), TOLK_OK);
+        CHECK(tolk_result_batch_size(result) == BATCH_SIZE);
+        CHECK_STATUS(tolk_result_hypothesis(result, 0, 0, &tokens, &n, &score), TOLK_OK);
+        CHECK(n > 0 && n <= 12 && !isnan(score) && score <= 0);
+        tolk_result_free(result);
+    }
+    opts.kv_cache_type = NULL;
 
     /* NULL options are the defaults; scores are NaN when not requested. */
     result = NULL;

@@ -368,6 +368,13 @@ typedef struct TolkTranslateOptions {
    * start token and target prefixes (default false, as in CTranslate2).
    */
   bool use_vmap;
+  /**
+   * How decoding keeps the attention keys and values, most of its memory: "float32"
+   * (NULL: exactly CTranslate2's results), "bfloat16" (half the memory) or "int8" (about
+   * a quarter); the compact types round them, which changes the last bits of results
+   * and sometimes a word. Not a CTranslate2 option.
+   */
+  const char *kv_cache_type;
 } TolkTranslateOptions;
 
 /**

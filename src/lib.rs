@@ -40,7 +40,7 @@ pub mod translator;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use backend::{ComputeType, Device, DeviceRequest};
+pub use backend::{ComputeType, Device, DeviceRequest, KvCacheType};
 use backend::SavedPrecision;
 use format::files::{MemoryFiles, PackageFiles};
 use format::package::ModelPackage;

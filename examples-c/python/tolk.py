@@ -213,6 +213,8 @@ class TolkTranslateOptions(ctypes.Structure):
         ("on_token_user_data", ctypes.c_void_p),
         # Restrict the output layer to the candidates of the model's vmap.txt (CTranslate2).
         ("use_vmap", ctypes.c_bool),
+        # How decoding keeps attention keys/values: "float32" (NULL), "bfloat16", "int8".
+        ("kv_cache_type", ctypes.c_char_p),
     ]
 
 
@@ -1095,6 +1097,7 @@ class Translator:
         max_length_factor: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
         use_vmap: bool = False,
+        kv_cache_type: Optional[str] = None,
         progress=None,
         on_token=None,
     ) -> List[TranslationResult]:
@@ -1110,14 +1113,19 @@ class Translator:
 
         ``on_token``, if given (greedy search only: ``beam_size=1``), is called as
         ``on_token(event)`` with a :class:`TokenEvent` for each generated token, on the
-        translator's threads; returning ``False`` ends that sentence there."""
+        translator's threads; returning ``False`` ends that sentence there.
+
+        ``kv_cache_type`` (not a CTranslate2 argument) is how decoding keeps attention keys
+        and values, most of its memory: ``"float32"`` (``None``: CTranslate2's results),
+        ``"bfloat16"`` (half the memory) or ``"int8"`` (about a quarter), which round them
+        and so change the last bits of scores and sometimes a word."""
         keep, opts, args, streams = self._batch_arguments(
             source, target_prefix, progress, on_token, beam_size=beam_size, patience=patience,
             length_penalty=length_penalty, num_hypotheses=num_hypotheses, return_scores=return_scores,
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
-            use_shortlist=use_shortlist, use_vmap=use_vmap)
+            use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type)
         out = _ResultP()
         status = self._lib.tolk_translate_batch(self._ptr, *args, ctypes.byref(opts), ctypes.byref(out))
         for stream in streams:
@@ -1156,7 +1164,7 @@ class Translator:
                          length_penalty=None, num_hypotheses=1, return_scores=False, max_input_length=1024,
                          max_decoding_length=256, min_decoding_length=None, end_token=None,
                          disable_unk=None, max_batch_size=None, batch_type="examples",
-                         max_length_factor=None, use_shortlist=None, use_vmap=False):
+                         max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None):
         """Checks a token batch and builds its C arguments: (keep, options, (sources,
         source lengths, count, prefixes, prefix lengths), callback wrappers)."""
         if self.closed:
@@ -1180,7 +1188,7 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             max_batch_size=max_batch_size, batch_type=batch_type,
-            max_length_factor=max_length_factor, use_shortlist=use_shortlist, use_vmap=use_vmap)
+            max_length_factor=max_length_factor, use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type)
         streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
         src_ptrs, src_lens = self._token_arrays(source, keep, allow_none=False)
         if target_prefix is None:
@@ -1192,7 +1200,7 @@ class Translator:
     def _translate_options(self, keep, *, beam_size, patience, length_penalty, num_hypotheses,
                            return_scores, max_input_length, max_decoding_length,
                            min_decoding_length, end_token, disable_unk, max_batch_size,
-                           batch_type, max_length_factor=None, use_shortlist=None, use_vmap=False):
+                           batch_type, max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None):
         if batch_type not in BATCH_TYPES:
             raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
         # The model's defaults (a Marian package's beam size, length factor, ...); None
@@ -1224,6 +1232,10 @@ class Translator:
         if use_shortlist is not None:
             opts.use_shortlist = bool(use_shortlist)
         opts.use_vmap = bool(use_vmap)
+        if kv_cache_type is not None:
+            kv_b = str(kv_cache_type).encode("utf-8")
+            keep.append(kv_b)
+            opts.kv_cache_type = kv_b
         return opts
 
     def translate_text(
@@ -1244,6 +1256,7 @@ class Translator:
         max_length_factor: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
         use_vmap: bool = False,
+        kv_cache_type: Optional[str] = None,
         split: str = "sentences",
         max_sentence_tokens: int = 128,
         return_sentences: bool = False,
@@ -1291,7 +1304,7 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
-            use_shortlist=use_shortlist, use_vmap=use_vmap, split=split, max_sentence_tokens=max_sentence_tokens)
+            use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type, split=split, max_sentence_tokens=max_sentence_tokens)
         out = _TextResultP()
         status = self._lib.tolk_translate_text_batch(
             self._ptr, *args, ctypes.byref(opts), ctypes.byref(text_opts), ctypes.byref(out))
@@ -1349,7 +1362,7 @@ class Translator:
                         length_penalty=None, return_scores=False, max_input_length=1024,
                         max_decoding_length=256, min_decoding_length=None, end_token=None,
                         disable_unk=None, max_batch_size=None, batch_type="examples",
-                        max_length_factor=None, use_shortlist=None, use_vmap=False, split="sentences",
+                        max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None, split="sentences",
                         max_sentence_tokens=128):
         """Checks texts and builds their C arguments."""
         if self.closed:
@@ -1383,7 +1396,7 @@ class Translator:
             batch_type=batch_type,
             max_length_factor=max_length_factor,
             use_shortlist=use_shortlist,
-            use_vmap=use_vmap,
+            use_vmap=use_vmap, kv_cache_type=kv_cache_type,
         )
         streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
 

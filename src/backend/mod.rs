@@ -110,6 +110,52 @@ impl ComputeType {
 }
 
 
+/// How a decoding keeps the attention keys and values it reuses at every step: the
+/// self-attention cache and the encoder output's keys/values of cross-attention. They are
+/// most of a decoding's memory (at 32 rows of the zh-en model, 68 of int8 greedy's 192 MB).
+/// `Float32` computes exactly what CTranslate2 does. The compact types are rounded once when
+/// stored and widened back to float32 before each attention: the results differ in the
+/// last bits, and through int8 activations sometimes in a word (BLEU unchanged on zh-en).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvCacheType {
+    #[default]
+    Float32,
+    /// bfloat16: half the memory, float32's range, 8 significant bits.
+    BFloat16,
+    /// int8 with one float32 scale per head and position (the largest magnitude / 127):
+    /// 27% of the memory at 64-wide heads.
+    Int8,
+}
+
+impl KvCacheType {
+    pub fn parse(name: &str) -> Result<KvCacheType> {
+        match name {
+            "default" | "float32" | "float" => Ok(KvCacheType::Float32),
+            "bfloat16" | "bf16" => Ok(KvCacheType::BFloat16),
+            "int8" => Ok(KvCacheType::Int8),
+            other => Err(Error::invalid_argument(format!("unknown kv_cache_type {other:?} (expected float32, bfloat16 or int8)"))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCacheType::Float32 => "float32",
+            KvCacheType::BFloat16 => "bfloat16",
+            KvCacheType::Int8 => "int8",
+        }
+    }
+
+    /// The float32 slots one stored row of `len` values takes, scaled in `chunk`-wide
+    /// pieces (a head): the width of the buffers that hold such rows.
+    pub fn row_slots(self, len: usize, chunk: usize) -> usize {
+        match self {
+            KvCacheType::Float32 => len,
+            KvCacheType::BFloat16 => len.div_ceil(2),
+            KvCacheType::Int8 => len.div_ceil(4) + len.div_ceil(chunk.max(1)),
+        }
+    }
+}
+
 /// Feed-forward activations, numbered as CTranslate2 stores them (`*/activation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activation {
@@ -271,7 +317,12 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Self-attention within each sequence of a batch (the encoder): `qkv` holds each
     /// row's fused `[q | k | v]`; writes the attended rows `[rows, dim]`.
     fn sequence_attention(&self, qkv: &Self::Buffer, layout: &SequenceLayout, shape: AttentionShape, out: &mut Self::Buffer);
-    fn new_kv_cache(&self, rows: usize) -> Self::KvCache;
+    /// Whether decodings here can keep their keys/values as `kv` (a device backend: float32 only).
+    fn stores_kv_as(&self, kv: KvCacheType) -> bool {
+        kv == KvCacheType::Float32
+    }
+    /// A cache storing its keys/values as `kv` (one `stores_kv_as`).
+    fn new_kv_cache(&self, rows: usize, kv: KvCacheType) -> Self::KvCache;
     /// One decoder step of self-attention: appends each row's keys and values (from the
     /// fused `qkv`) to the cache, then attends with its query over all of them.
     fn cached_attention(&self, qkv: &Self::Buffer, cache: &mut Self::KvCache, shape: AttentionShape, out: &mut Self::Buffer);
@@ -279,13 +330,21 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn reorder_kv_cache(&self, cache: &mut Self::KvCache, sources: &[usize]);
     /// Frees what the cache keeps for reuse but no row holds.
     fn shrink_kv_cache(&self, _cache: &mut Self::KvCache) {}
+    /// Appends the rows of `src` (`width` floats each) to `dst`, stored as `kv` (not
+    /// float32) in pieces of `chunk` values: `kv.row_slots(width, chunk)` floats a row.
+    /// Only called where `stores_kv_as(kv)`.
+    fn append_stored_rows(&self, _dst: &mut Self::Buffer, _src: &Self::Buffer, _width: usize, _kv: KvCacheType, _chunk: usize) {
+        unreachable!("append_stored_rows is only called for the types a backend stores")
+    }
     /// One decoder step of encoder-decoder attention: row `r` attends with `query[r]`
-    /// over the memory keys/values (fused `[k | v]` rows) of example `row_example[r]`.
+    /// over the memory keys/values (fused `[k | v]` rows, stored as `kv`) of example
+    /// `row_example[r]`.
     #[allow(clippy::too_many_arguments)]
     fn memory_attention(
         &self,
         query: &Self::Buffer,
         memory_kv: &Self::Buffer,
+        kv: KvCacheType,
         memory: &SequenceLayout,
         row_example: &[usize],
         shape: AttentionShape,
@@ -314,6 +373,21 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// that joined a decoding later start from a zero embedding on their own first step).
     fn zero_rows(&self, _x: &mut Self::Buffer, _dim: usize, _rows: &[usize]) {
         unreachable!("zero_rows is only called where can_append_rows")
+    }
+    /// Rows the encoder's feed-forward layers take at a time, for a backend whose memory
+    /// matters more than the products' size: their hidden activations (rows x 4d floats)
+    /// are the encoder's largest buffer. `None`: all rows at once. Each row's result must
+    /// not depend on how many rows a product takes.
+    fn feed_forward_rows(&self) -> Option<usize> {
+        None
+    }
+    /// `dst` = rows `first..first + count` of `src` (width `dim`); only where `feed_forward_rows`.
+    fn copy_rows(&self, _src: &Self::Buffer, _dim: usize, _first: usize, _count: usize, _dst: &mut Self::Buffer) {
+        unreachable!("copy_rows is only called where feed_forward_rows")
+    }
+    /// Rows `first..` of `dst` (width `dim`) = the rows of `src`; only where `feed_forward_rows`.
+    fn write_rows(&self, _dst: &mut Self::Buffer, _dim: usize, _first: usize, _src: &Self::Buffer) {
+        unreachable!("write_rows is only called where feed_forward_rows")
     }
     /// Appends the rows of cache `src` after those of `dst` (only where `can_append_rows`).
     fn append_kv_cache(&self, _dst: &mut Self::KvCache, _src: Self::KvCache) {

@@ -8,7 +8,7 @@ use std::ptr;
 
 use crate::error::{Error, ErrorKind};
 use crate::{
-    BatchHooks, BatchType, ComputeType, Device, DeviceRequest, LoadOptions, Model, TranslateOptions, TranslationResult, Translator,
+    BatchHooks, BatchType, ComputeType, Device, DeviceRequest, KvCacheType, LoadOptions, Model, TranslateOptions, TranslationResult, Translator,
     TranslatorConfig,
 };
 use stream::{TokenSink, TolkTokenCallback};
@@ -182,6 +182,11 @@ pub struct TolkTranslateOptions {
     /// batch's source n-grams, the map's always-candidates, the special tokens, the decoder
     /// start token and target prefixes (default false, as in CTranslate2).
     pub use_vmap: bool,
+    /// How decoding keeps the attention keys and values, most of its memory: "float32"
+    /// (NULL: exactly CTranslate2's results), "bfloat16" (half the memory) or "int8" (about
+    /// a quarter); the compact types round them, which changes the last bits of results
+    /// and sometimes a word. Not a CTranslate2 option.
+    pub kv_cache_type: *const c_char,
 }
 
 /// See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
@@ -298,7 +303,7 @@ versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_thre
 versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
-    progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data, use_vmap
+    progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data, use_vmap, kv_cache_type
 });
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
@@ -659,6 +664,7 @@ fn c_options(d: &TranslateOptions) -> TolkTranslateOptions {
         on_token: None,
         on_token_user_data: ptr::null_mut(),
         use_vmap: d.use_vmap,
+        kv_cache_type: ptr::null(),
     }
 }
 
@@ -681,7 +687,8 @@ unsafe fn read_translate_options(
     translator: &TolkTranslator,
     options: *const TolkTranslateOptions,
 ) -> Result<(TranslateOptions, Progress, TokenSink), Error> {
-    let defaults = c_options(&translator.translator.default_options());
+    let default_options = translator.translator.default_options();
+    let defaults = c_options(&default_options);
     let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
     let progress = Progress { callback: o.progress, user_data: o.progress_user_data };
     let tokens = TokenSink { callback: o.on_token, user_data: o.on_token_user_data };
@@ -707,6 +714,10 @@ unsafe fn read_translate_options(
         use_shortlist: o.use_shortlist,
         use_vmap: o.use_vmap,
         join_batches: None,
+        kv_cache_type: match opt_str(o.kv_cache_type, "kv_cache_type")? {
+            Some(name) => KvCacheType::parse(name)?,
+            None => default_options.kv_cache_type,
+        },
     };
     Ok((options, progress, tokens))
 }

@@ -125,6 +125,13 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
             decoder.select_rows(&keep);
             *alive = keep.iter().map(|&r| alive[r]).collect();
             *inputs = keep.iter().map(|&r| inputs[r]).collect();
+            // The logits of a full batch (32 rows of 65k floats: 8 MB) would otherwise stay
+            // allocated through the next batch's encoding, the peak of a decoding whose keys
+            // and values are stored compactly.
+            if logits.capacity() > 2 * alive.len() * vocab {
+                logits.truncate(alive.len() * vocab);
+                logits.shrink_to_fit();
+            }
         }
     }
     live.groups.stop(search);

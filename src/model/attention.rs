@@ -117,6 +117,24 @@ impl<B: Backend> FeedForward<B> {
         })
     }
 
+    /// `forward` over at most `b.feed_forward_rows()` rows at a time (the encoder's whole
+    /// batch): the same results, with hidden activations that size.
+    pub fn forward_in_parts(&self, b: &B, ctx: &Ctx, x: &mut B::Buffer, rows: usize, pre_norm: bool, scratch: &mut Scratch<B>) {
+        let part_rows = match b.feed_forward_rows() {
+            Some(n) if n > 0 && rows > n => n,
+            _ => return self.forward(b, ctx, x, rows, pre_norm, scratch),
+        };
+        let d = self.outer.out_dim();
+        let mut part = std::mem::take(&mut scratch.context);
+        for first in (0..rows).step_by(part_rows) {
+            let count = part_rows.min(rows - first);
+            b.copy_rows(x, d, first, count, &mut part);
+            self.forward(b, ctx, &mut part, count, pre_norm, scratch);
+            b.write_rows(x, d, first, &part);
+        }
+        scratch.context = part;
+    }
+
     /// `x` (rows × d) is replaced by the block's output, residual and norm included.
     pub fn forward(&self, b: &B, ctx: &Ctx, x: &mut B::Buffer, rows: usize, pre_norm: bool, scratch: &mut Scratch<B>) {
         let input = if pre_norm {

@@ -8,7 +8,7 @@
 //! and decoding settings.
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::backend::{Backend, ComputeType, Ctx, FloatOrder, SavedPrecision};
+use crate::backend::{Backend, ComputeType, Ctx, FloatOrder, KvCacheType, SavedPrecision};
 use crate::error::{Error, Result};
 use crate::format::ct2::Vocabulary;
 use crate::format::marian::{MarianFile, MarianType, Yaml};
@@ -140,8 +140,8 @@ impl<B: Backend> TranslationModel for MarianModel<B> {
         let words: Vec<u32> = sources.iter().flatten().copied().collect();
         Some(shortlist.generate(&words, self.transformer.target_vocabulary.len(), self.shared_vocabulary))
     }
-    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>) -> Result<Box<dyn DecoderSession + 'a>> {
-        self.transformer.start(ctx, sources, output_ids)
+    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>> {
+        self.transformer.start(ctx, sources, output_ids, kv)
     }
 }
 

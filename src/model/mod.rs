@@ -11,7 +11,7 @@ pub mod transformer;
 
 use std::path::Path;
 
-use crate::backend::{Backend, ComputeType, Ctx, SavedPrecision};
+use crate::backend::{Backend, ComputeType, Ctx, KvCacheType, SavedPrecision};
 use crate::error::{Error, Result};
 use crate::format::ct2::{Ct2Config, Ct2Dir, Vocabulary, VocabularyMap};
 use crate::format::files::PackageFiles;
@@ -91,7 +91,8 @@ pub trait TranslationModel: Send + Sync {
     }
     /// Encodes a batch and returns its decoder, one row per source. With `output_ids`
     /// (sorted, unique), the logits of each step cover only those target ids, in that order.
-    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>) -> Result<Box<dyn DecoderSession + 'a>>;
+    /// The decoder keeps its attention keys/values as `kv`.
+    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>>;
 }
 
 /// One batch being decoded: the rows (hypotheses) and what the decoder keeps for them.
@@ -237,9 +238,9 @@ impl<B: Backend> TranslationModel for TransformerModel<B> {
     fn vocabulary_map(&self) -> Option<&VocabularyMap> {
         self.vocabulary_map.as_ref()
     }
-    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>) -> Result<Box<dyn DecoderSession + 'a>> {
+    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>> {
         let memory = self.encoder.forward(ctx, sources);
-        let state = self.decoder.initial_state(ctx, memory, output_ids)?;
+        let state = self.decoder.initial_state(ctx, memory, output_ids, kv)?;
         Ok(Box::new(transformer::TransformerSession { encoder: &self.encoder, decoder: &self.decoder, state }))
     }
 }

@@ -1,7 +1,7 @@
 //! The Transformer encoder-decoder of CTranslate2's `TransformerSpec`, built from the
 //! weights by name, for any compute backend. The model is immutable; everything a
 //! translation mutates lives in `EncoderOutput` and `DecoderState`, in the backend's buffers.
-use crate::backend::{Activation, AttentionShape, Backend, Ctx, SequenceLayout};
+use crate::backend::{Activation, AttentionShape, Backend, Ctx, KvCacheType, SequenceLayout};
 use crate::error::{Error, Result};
 use crate::model::attention::{AverageAttention, CrossAttention, FeedForward, Scratch, SelfAttention, Ssru};
 use crate::model::layers::{embeddings_scale, EmbeddingTable, Linear, Norm, Positions, WeightReader};
@@ -141,7 +141,7 @@ impl<B: Backend> Encoder<B> {
         let mut scratch = Scratch::default();
         for layer in &self.layers {
             self.self_attention(ctx, &layer.self_attention, &mut x, &layout, &mut scratch);
-            layer.ffn.forward(b, ctx, &mut x, ids.len(), self.opts.pre_norm, &mut scratch);
+            layer.ffn.forward_in_parts(b, ctx, &mut x, ids.len(), self.opts.pre_norm, &mut scratch);
         }
         if let Some(norm) = &self.final_norm {
             norm.forward(b, &mut x);
@@ -203,8 +203,11 @@ pub struct DecoderState<B: Backend> {
     row_example: Vec<usize>,
     layers: Vec<LayerState<B>>,
     output: Option<OutputSubset<B>>,
-    /// Cross-attention keys and values per layer, computed once: [source rows, 2d].
+    /// Cross-attention keys and values per layer, computed once: [source rows, 2d], stored
+    /// as `kv` (then `kv.row_slots(2d, head_dim)` floats a row).
     memory_kv: Vec<B::Buffer>,
+    /// How this decoding keeps its keys and values (cross-attention's and the cache's).
+    kv: KvCacheType,
     memory: SequenceLayout,
     /// Steps each row has decoded (rows appended later started later).
     steps: Vec<usize>,
@@ -300,9 +303,12 @@ impl<B: Backend> Decoder<B> {
 
     /// Prepares the state for one row per batch example; cross-attention keys/values are
     /// projected once here for every layer. With `output_ids` (sorted target ids), the
-    /// output layer of this batch is restricted to them.
-    pub fn initial_state(&self, ctx: &Ctx, memory: EncoderOutput<B>, output_ids: Option<Vec<u32>>) -> Result<DecoderState<B>> {
+    /// output layer of this batch is restricted to them. Keys and values are kept as `kv`.
+    pub fn initial_state(&self, ctx: &Ctx, memory: EncoderOutput<B>, output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<DecoderState<B>> {
         let b = &self.backend;
+        if !b.stores_kv_as(kv) {
+            return Err(Error::unsupported(format!("kv_cache_type {} is not supported on {} (float32 is)", kv.name(), b.name())));
+        }
         let vocabulary = self.vocabulary_size();
         let output = match output_ids {
             Some(ids) => {
@@ -317,16 +323,27 @@ impl<B: Backend> Decoder<B> {
             None => None,
         };
         let total = memory.layout.total_rows();
+        let mut projected = B::Buffer::default();
         let memory_kv = self
             .layers
             .iter()
             .map(|layer| {
-                let mut kv = B::Buffer::default();
-                layer.cross_attention.kv.forward(b, ctx, &memory.data, total, &mut kv);
-                kv
+                let mut stored = B::Buffer::default();
+                if kv == KvCacheType::Float32 {
+                    layer.cross_attention.kv.forward(b, ctx, &memory.data, total, &mut stored);
+                } else {
+                    layer.cross_attention.kv.forward(b, ctx, &memory.data, total, &mut projected);
+                    b.append_stored_rows(&mut stored, &projected, 2 * self.embeddings.dim(), kv, self.head_dim());
+                }
+                stored
             })
             .collect();
-        Ok(self.state_of(memory.layout, memory_kv, output))
+        Ok(self.state_of(memory.layout, memory_kv, output, kv))
+    }
+
+    /// Values per head: the piece each int8 scale of stored keys/values covers.
+    fn head_dim(&self) -> usize {
+        self.opts.attention.dim / self.opts.attention.num_heads.max(1)
     }
 
     /// Adds the examples of `memory` to `state` (continuous batching; the caller checks
@@ -339,14 +356,17 @@ impl<B: Backend> Decoder<B> {
         let mut kv = B::Buffer::default();
         for (layer, dst) in self.layers.iter().zip(&mut state.memory_kv) {
             layer.cross_attention.kv.forward(b, ctx, &memory.data, total, &mut kv);
-            b.append_rows(dst, &kv);
+            match state.kv {
+                KvCacheType::Float32 => b.append_rows(dst, &kv),
+                stored => b.append_stored_rows(dst, &kv, 2 * self.embeddings.dim(), stored, self.head_dim()),
+            }
         }
-        let joining = self.state_of(memory.layout, Vec::new(), None);
+        let joining = self.state_of(memory.layout, Vec::new(), None, state.kv);
         state.append(b, joining);
     }
 
     /// A state for the examples of `memory`, no row decoded yet.
-    fn state_of(&self, memory: SequenceLayout, memory_kv: Vec<B::Buffer>, output: Option<OutputSubset<B>>) -> DecoderState<B> {
+    fn state_of(&self, memory: SequenceLayout, memory_kv: Vec<B::Buffer>, output: Option<OutputSubset<B>>, kv: KvCacheType) -> DecoderState<B> {
         let b = &self.backend;
         let rows = memory.lengths.len();
         let d = self.embeddings.dim();
@@ -359,7 +379,7 @@ impl<B: Backend> Decoder<B> {
                     b.zeros(&mut cells, rows, d);
                     LayerState::Cells(cells)
                 }
-                DecoderSelfAttention::Attention(_) => LayerState::Cache(b.new_kv_cache(rows)),
+                DecoderSelfAttention::Attention(_) => LayerState::Cache(b.new_kv_cache(rows, kv)),
             })
             .collect();
         DecoderState {
@@ -367,6 +387,7 @@ impl<B: Backend> Decoder<B> {
             layers,
             output,
             memory_kv,
+            kv,
             memory,
             steps: vec![0; rows],
             scratch: Scratch::default(),
@@ -415,7 +436,7 @@ impl<B: Backend> Decoder<B> {
             return;
         }
         let (layout, rows) = state.memory.select(&kept);
-        let width = 2 * self.embeddings.dim();
+        let width = state.kv.row_slots(2 * self.embeddings.dim(), self.head_dim());
         for kv in &mut state.memory_kv {
             self.backend.reorder_rows(kv, width, &rows);
         }
@@ -573,7 +594,7 @@ impl<B: Backend> Decoder<B> {
         let input = self.normed_input(&block.norm, x, &mut scratch.normed);
         block.query.forward(b, ctx, input, rows, &mut scratch.query);
         let kv = &state.memory_kv[layer];
-        b.memory_attention(&scratch.query, kv, &state.memory, &state.row_example, self.opts.attention, &mut scratch.context);
+        b.memory_attention(&scratch.query, kv, state.kv, &state.memory, &state.row_example, self.opts.attention, &mut scratch.context);
         block.out.forward(b, ctx, &scratch.context, rows, &mut scratch.proj);
         self.finish_block(&block.norm, x, &scratch.proj);
     }

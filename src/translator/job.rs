@@ -267,7 +267,7 @@ fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, wo
     let outcome = catch(|| {
         worker.install(|| {
             let Some(prepared) = request.prepare(batch)? else { return Ok(()) };
-            let mut session = request.model.start(&worker.ctx, &prepared.source_ids, prepared.output_ids.clone())?;
+            let mut session = request.model.start(&worker.ctx, &prepared.source_ids, prepared.output_ids.clone(), request.options.kv_cache_type)?;
             // A batch's output restriction (shortlist, vocabulary map) is its own: such
             // batches are decoded alone, as are those of models that cannot take rows in.
             // By default beam search takes no batch in: on the CPU its tails are short (the

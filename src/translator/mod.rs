@@ -10,6 +10,7 @@ pub use job::{CompletionCallback, Job};
 use job::Request;
 use workers::Workers;
 
+use crate::backend::KvCacheType;
 use crate::decode::{Hypotheses, SearchParams, StartTokens};
 use crate::error::{Error, Result};
 use crate::model::TranslationModel;
@@ -52,6 +53,10 @@ pub struct TranslateOptions {
     /// rows are left. `None`: greedy search does, beam search does not (on the CPU it
     /// gained nothing measurable there for 14% more memory). Results are the same either way.
     pub join_batches: Option<bool>,
+    /// How decoding keeps attention keys and values (not a CTranslate2 option): float32
+    /// (exactly CTranslate2's results), or bfloat16 / int8 in about a half / a quarter of
+    /// the memory, with results that differ in the last bits (see [`KvCacheType`]).
+    pub kv_cache_type: KvCacheType,
 }
 
 impl Default for TranslateOptions {
@@ -73,6 +78,7 @@ impl Default for TranslateOptions {
             use_shortlist: true,
             use_vmap: false,
             join_batches: None,
+            kv_cache_type: KvCacheType::Float32,
         }
     }
 }

@@ -9,11 +9,13 @@ use super::int16::PackedI16Matrix;
 use super::int8::PackedI8Matrix;
 use super::isa;
 use super::kv_cache::CpuKvCache;
+use super::kv_storage::KvCodec;
 use super::ops;
 use super::packed::PackedMatrix;
 use super::weight::PackedWeight;
 use crate::backend::{
-    Activation, AttentionShape, Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized, SequenceLayout,
+    Activation, AttentionShape, Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, KvCacheType, MatrixData, PositionTable, Quantized,
+    SequenceLayout,
 };
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -33,6 +35,12 @@ fn resize_output(out: &mut Vec<f32>, len: usize) {
         out.resize(len, 0.0);
     }
     out.truncate(len);
+}
+
+thread_local! {
+    /// Keys/values stored compactly, widened to float32 for one attention call (kept per
+    /// thread: a buffer this size allocated anew would be mapped and faulted in each time).
+    static WIDENED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `out` as `len` zeros.
@@ -167,8 +175,12 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn new_kv_cache(&self, rows: usize) -> CpuKvCache {
-        CpuKvCache::new(rows)
+    fn stores_kv_as(&self, _kv: KvCacheType) -> bool {
+        true
+    }
+
+    fn new_kv_cache(&self, rows: usize, kv: KvCacheType) -> CpuKvCache {
+        CpuKvCache::new(rows, kv)
     }
 
     fn cached_attention(&self, qkv: &Vec<f32>, cache: &mut CpuKvCache, shape: AttentionShape, out: &mut Vec<f32>) {
@@ -177,18 +189,27 @@ impl Backend for CpuBackend {
         let scale = 1.0 / (head_dim as f32).sqrt();
         let rows = cache.num_rows();
         for (r, row) in qkv.chunks_exact(3 * d).take(rows).enumerate() {
-            cache.append(r, &row[d..]);
+            cache.append(r, &row[d..], head_dim);
         }
         zeroed(out, rows * d);
         let cache = &*cache;
         let (mut scores, mut blocks) = (Vec::new(), Vec::new());
+        let attend = |q: &[f32], keys: KvView, values: KvView, len: usize, scores: &mut Vec<f32>, o: &mut [f32]| match order {
+            // One query row per product: no peeled keys.
+            FloatOrder::Marian => attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, scores, o),
+            FloatOrder::Ctranslate2 => attend_row(q, keys, values, len, heads, head_dim, scale, true, scores, o),
+        };
         for (r, (row, o)) in qkv.chunks_exact(3 * d).zip(out.chunks_exact_mut(d)).enumerate() {
-            cache.blocks(r, &mut blocks);
-            let (q, keys, values, len) = (&row[..d], cache.keys(&blocks), cache.values(&blocks), cache.len(r));
-            match order {
-                // One query row per product: no peeled keys.
-                FloatOrder::Marian => attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scores, o),
-                FloatOrder::Ctranslate2 => attend_row(q, keys, values, len, heads, head_dim, scale, true, &mut scores, o),
+            let (q, len) = (&row[..d], cache.len(r));
+            if cache.is_float32() {
+                cache.blocks(r, &mut blocks);
+                attend(q, cache.keys(&blocks), cache.values(&blocks), len, &mut scores, o);
+            } else {
+                WIDENED.with_borrow_mut(|wide| {
+                    cache.widen(r, wide);
+                    let wide: &[f32] = wide;
+                    attend(q, KvView::contiguous(&wide, 2 * d, 0), KvView::contiguous(&wide, 2 * d, d), len, &mut scores, o);
+                });
             }
         }
     }
@@ -205,6 +226,7 @@ impl Backend for CpuBackend {
         &self,
         query: &Vec<f32>,
         memory_kv: &Vec<f32>,
+        kv: KvCacheType,
         memory: &SequenceLayout,
         row_example: &[usize],
         shape: AttentionShape,
@@ -227,18 +249,31 @@ impl Backend for CpuBackend {
             let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
             // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
             let padded = memory.padded[ex];
-            let mem = &memory_kv[off * 2 * d..(off + len) * 2 * d];
-            let (keys, values) = (KvView::contiguous(&mem, 2 * d, 0), KvView::contiguous(&mem, 2 * d, d));
             let (q, o) = (&query[r * d..(r + rows) * d], &mut out[r * d..(r + rows) * d]);
-            match order {
-                // One query row per product (Marian keeps the beams apart): no peeled keys.
-                FloatOrder::Marian => {
-                    for (q, o) in q.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
-                        attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scores, o);
+            let mut attend = |mem: &[f32]| {
+                let (keys, values) = (KvView::contiguous(&mem, 2 * d, 0), KvView::contiguous(&mem, 2 * d, d));
+                match order {
+                    // One query row per product (Marian keeps the beams apart): no peeled keys.
+                    FloatOrder::Marian => {
+                        for (q, o) in q.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
+                            attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scores, o);
+                        }
                     }
+                    FloatOrder::Ctranslate2 if rows == 1 => {
+                        attend_row_padded(q, keys, values, len, padded, heads, head_dim, scale, true, &mut scores, o)
+                    }
+                    FloatOrder::Ctranslate2 => attend_rows(q, d, rows, keys, values, len, heads, head_dim, scale, o),
                 }
-                FloatOrder::Ctranslate2 if rows == 1 => attend_row_padded(q, keys, values, len, padded, heads, head_dim, scale, true, &mut scores, o),
-                FloatOrder::Ctranslate2 => attend_rows(q, d, rows, keys, values, len, heads, head_dim, scale, o),
+            };
+            if kv == KvCacheType::Float32 {
+                attend(&memory_kv[off * 2 * d..(off + len) * 2 * d]);
+            } else {
+                // Widened once per example, for all its rows (beams).
+                let (codec, slots) = (KvCodec::new(kv, head_dim), kv.row_slots(2 * d, head_dim));
+                WIDENED.with_borrow_mut(|wide| {
+                    codec.decode_rows(&memory_kv[off * slots..(off + len) * slots], len, 2 * d, wide);
+                    attend(wide)
+                });
             }
             r += rows;
         }
@@ -287,10 +322,37 @@ impl Backend for CpuBackend {
         dst.extend_from_slice(src);
     }
 
+    fn append_stored_rows(&self, dst: &mut Vec<f32>, src: &Vec<f32>, width: usize, kv: KvCacheType, chunk: usize) {
+        let codec = KvCodec::new(kv, chunk);
+        let slots = codec.slots(width);
+        let start = dst.len();
+        let rows = src.len() / width.max(1);
+        dst.reserve_exact(rows * slots);
+        dst.resize(start + rows * slots, 0.0);
+        for (row, stored) in src.chunks_exact(width).zip(dst[start..].chunks_exact_mut(slots)) {
+            codec.encode(row, stored);
+        }
+    }
+
     fn zero_rows(&self, x: &mut Vec<f32>, dim: usize, rows: &[usize]) {
         for &r in rows {
             x[r * dim..(r + 1) * dim].fill(0.0);
         }
+    }
+
+    fn feed_forward_rows(&self) -> Option<usize> {
+        // 256 rows of 2048 floats (zh-en) are 2 MB instead of 10-13 MB for a batch of long
+        // sentences, and products of 256 rows run as fast as larger ones.
+        Some(256)
+    }
+
+    fn copy_rows(&self, src: &Vec<f32>, dim: usize, first: usize, count: usize, dst: &mut Vec<f32>) {
+        dst.clear();
+        dst.extend_from_slice(&src[first * dim..(first + count) * dim]);
+    }
+
+    fn write_rows(&self, dst: &mut Vec<f32>, dim: usize, first: usize, src: &Vec<f32>) {
+        dst[first * dim..first * dim + src.len()].copy_from_slice(src);
     }
 
     fn append_kv_cache(&self, dst: &mut CpuKvCache, src: CpuKvCache) {

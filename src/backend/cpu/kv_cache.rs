@@ -3,10 +3,13 @@
 //! the blocks of their common prefix. Reordering beams copies block lists, not keys and
 //! values; a row appending into a block another row also holds copies that one block first
 //! (copy on write); blocks no row holds any more go to a free list, so a decoding that has
-//! reached its largest size allocates nothing.
+//! reached its largest size allocates nothing. Positions are kept as the decoding's
+//! [`KvCacheType`] asks (`kv_storage`): float32 as the projection writes them, or compact.
 use std::sync::Arc;
 
 use super::attention::KvView;
+use super::kv_storage::KvCodec;
+use crate::backend::KvCacheType;
 
 /// Positions per block, as a power of two (`j >> SHIFT` finds position `j`'s block). Small
 /// blocks share more: beams that part within a block hold a copy of it each, and every
@@ -18,7 +21,8 @@ const SHIFT: u32 = 2;
 const BLOCK: usize = 1 << SHIFT;
 
 /// `BLOCK` positions of one layer, each `[key | value]` (`2 * d` floats, as the fused
-/// projection writes them). Shared by the rows whose histories contain it.
+/// projection writes them, or stored compactly in fewer). Shared by the rows whose
+/// histories contain it.
 type Block = Arc<[f32]>;
 
 /// One row's history: its blocks in order, the last one filled up to `len % BLOCK`.
@@ -35,25 +39,37 @@ pub struct CpuKvCache {
     /// Blocks no row holds (each the only reference to its memory), reused before any new
     /// one is allocated.
     free: Vec<Block>,
-    /// Floats per position (`2 * d`), known from the first step.
+    /// How positions are stored.
+    kv: KvCacheType,
+    /// Floats a stored position takes (`2 * d` in float32), known from the first step.
     width: usize,
+    /// Values per position (`2 * d`) and how they are stored, known from the first step.
+    values: usize,
+    codec: Option<KvCodec>,
 }
 
 impl CpuKvCache {
-    pub fn new(rows: usize) -> CpuKvCache {
-        CpuKvCache { rows: (0..rows).map(|_| History::default()).collect(), ..CpuKvCache::default() }
+    pub fn new(rows: usize, kv: KvCacheType) -> CpuKvCache {
+        CpuKvCache { rows: (0..rows).map(|_| History::default()).collect(), kv, ..CpuKvCache::default() }
+    }
+
+    /// Whether positions are kept as float32 (the attention kernels read the blocks then).
+    pub fn is_float32(&self) -> bool {
+        self.kv == KvCacheType::Float32
     }
 
     pub fn num_rows(&self) -> usize {
         self.rows.len()
     }
 
-    /// Appends one position (`[key | value]`) to row `r`.
-    pub fn append(&mut self, r: usize, kv: &[f32]) {
-        if self.width == 0 {
-            self.width = kv.len();
+    /// Appends one position (`[key | value]`, int8 scaled per `head_dim` values) to row `r`.
+    pub fn append(&mut self, r: usize, kv: &[f32], head_dim: usize) {
+        if self.codec.is_none() {
+            let codec = KvCodec::new(self.kv, head_dim);
+            (self.codec, self.values, self.width) = (Some(codec), kv.len(), codec.slots(kv.len()));
         }
-        debug_assert_eq!(kv.len(), self.width, "one cache holds one layer's width");
+        debug_assert_eq!(kv.len(), self.values, "one cache holds one layer's width");
+        let codec = self.codec.expect("set above");
         let width = self.width;
         let CpuKvCache { rows, free, .. } = self;
         let row = &mut rows[r];
@@ -69,15 +85,16 @@ impl CpuKvCache {
             unique(&mut copy)[..at * width].copy_from_slice(&last[..at * width]);
             *last = copy;
         }
-        unique(last)[at * width..(at + 1) * width].copy_from_slice(kv);
+        codec.encode(kv, &mut unique(last)[at * width..(at + 1) * width]);
         row.len += 1;
     }
 
     /// Appends the rows of `other` after this cache's rows (with their own histories), and
     /// takes over its free blocks.
     pub fn append_rows(&mut self, other: CpuKvCache) {
-        if self.width == 0 {
-            self.width = other.width;
+        debug_assert_eq!(self.kv, other.kv, "one decoding stores its keys/values one way");
+        if self.codec.is_none() {
+            (self.codec, self.values, self.width) = (other.codec, other.values, other.width);
         }
         debug_assert!(other.width == 0 || other.width == self.width, "one cache holds one layer's width");
         self.rows.extend(other.rows);
@@ -110,6 +127,21 @@ impl CpuKvCache {
     /// The values in `blocks` (from [`CpuKvCache::blocks`]).
     pub fn values<'a>(&self, blocks: &'a [&'a [f32]]) -> KvView<'a> {
         KvView::paged(blocks, SHIFT, self.width, self.width / 2)
+    }
+
+    /// Row `r`'s positions widened to float32 into `out` (`[len, 2 * d]`, `[key | value]`
+    /// rows), for caches that store them compactly.
+    pub fn widen(&self, r: usize, out: &mut Vec<f32>) {
+        let (row, values) = (&self.rows[r], self.values);
+        out.clear();
+        out.reserve(row.len * values);
+        let Some(codec) = self.codec else { return };
+        let mut wide = Vec::new();
+        for (b, block) in row.blocks.iter().enumerate() {
+            let positions = (row.len - b * BLOCK).min(BLOCK);
+            codec.decode_rows(block, positions, values, &mut wide);
+            out.extend_from_slice(&wide);
+        }
     }
 
     /// Keeps rows `sources[i]` as row `i`: block lists are copied (the blocks are then
@@ -183,6 +215,7 @@ mod tests {
     /// Every row's keys and values against plain per-row histories.
     fn check(cache: &CpuKvCache, expected: &[Vec<Vec<f32>>]) {
         let width = cache.width;
+        let mut wide = Vec::new();
         let mut blocks = Vec::new();
         for (r, history) in expected.iter().enumerate() {
             assert_eq!(cache.len(r), history.len());
@@ -192,19 +225,21 @@ mod tests {
                 assert_eq!(keys.head(p, 0, width / 2), &kv[..width / 2], "row {r} key {p}");
                 assert_eq!(values.head(p, 1, width / 4), &kv[3 * width / 4..], "row {r} value {p}");
             }
+            cache.widen(r, &mut wide);
+            assert_eq!(wide, history.concat(), "row {r} widened");
         }
     }
 
     #[test]
     fn beams_share_prefixes_and_copy_only_on_write() {
         let width = 8;
-        let mut cache = CpuKvCache::new(2);
+        let mut cache = CpuKvCache::new(2, KvCacheType::Float32);
         let mut expected: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 2];
         let mut fresh = 0;
         for step in 0..3 * BLOCK + 3 {
             for (r, history) in expected.iter_mut().enumerate() {
                 let kv = position(fresh + r, step, width);
-                cache.append(r, &kv);
+                cache.append(r, &kv, 2);
                 history.push(kv);
             }
             fresh += 2;
@@ -227,7 +262,7 @@ mod tests {
         let before = cache.held();
         for (r, history) in expected.iter_mut().enumerate() {
             let kv = position(fresh + r, 0, width);
-            cache.append(r, &kv);
+            cache.append(r, &kv, 2);
             history.push(kv);
         }
         check(&cache, &expected);
@@ -236,12 +271,44 @@ mod tests {
     }
 
     #[test]
+    fn compact_positions_widen_to_what_was_stored() {
+        let (width, head_dim) = (16, 4);
+        for kv in [KvCacheType::BFloat16, KvCacheType::Int8] {
+            let codec = KvCodec::new(kv, head_dim);
+            let mut cache = CpuKvCache::new(2, kv);
+            let mut expected: Vec<Vec<f32>> = vec![Vec::new(); 2];
+            let mut wide = Vec::new();
+            for step in 0..2 * BLOCK + 1 {
+                for (r, history) in expected.iter_mut().enumerate() {
+                    let x: Vec<f32> = position(r, step, width).iter().map(|v| v.sin() * 3.0).collect();
+                    cache.append(r, &x, head_dim);
+                    let mut stored = vec![0.0; codec.slots(width)];
+                    codec.encode(&x, &mut stored);
+                    let mut back = Vec::new();
+                    codec.decode_rows(&stored, 1, width, &mut back);
+                    assert_ne!(back, x, "{kv:?} rounds");
+                    history.extend(back);
+                }
+                let sources: &[usize] = if step % 2 == 0 { &[1, 1] } else { &[0, 1] };
+                cache.reorder(sources);
+                expected = sources.iter().map(|&s| expected[s].clone()).collect();
+                for (r, history) in expected.iter().enumerate() {
+                    cache.widen(r, &mut wide);
+                    assert_eq!(&wide, history, "{kv:?} row {r} at step {step}");
+                }
+            }
+            // A quarter (int8: plus a scale per head) or half of float32's blocks.
+            assert_eq!(cache.width, codec.slots(width));
+        }
+    }
+
+    #[test]
     fn recycled_blocks_keep_the_allocation_steady() {
         let width = 4;
-        let mut cache = CpuKvCache::new(4);
+        let mut cache = CpuKvCache::new(4, KvCacheType::Float32);
         for step in 0..30 * BLOCK {
             for r in 0..4 {
-                cache.append(r, &position(r, step, width));
+                cache.append(r, &position(r, step, width), 2);
             }
             // Each step the first row's hypothesis takes over every row.
             cache.reorder(&[0, 0, 0, 0]);

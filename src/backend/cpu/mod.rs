@@ -1,14 +1,16 @@
 //! The CPU backend (`backend`: [`CpuBackend`] implements [`crate::backend::Backend`]) and
 //! its kernels, dispatched at run time by `isa`: matrix products with weights packed at
 //! load in float32 (`packed`), int8 (`int8`) and int16 (`int16`), the element-wise and
-//! row-wise operations of a Transformer (`ops`), multi-head attention (`attention`) and the
-//! decoder's paged self-attention cache (`kv_cache`).
+//! row-wise operations of a Transformer (`ops`), multi-head attention (`attention`), the
+//! decoder's paged self-attention cache (`kv_cache`) and the compact forms attention keys
+//! and values can be kept in (`kv_storage`).
 pub mod attention;
 pub mod backend;
 pub mod int16;
 pub mod int8;
 pub mod isa;
 pub mod kv_cache;
+pub mod kv_storage;
 pub mod ops;
 pub mod packed;
 pub mod weight;

@@ -27,7 +27,8 @@ macro_rules! launch {
     }};
 }
 use crate::backend::{
-    Activation, AttentionShape, Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized, SequenceLayout,
+    Activation, AttentionShape, Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, KvCacheType, MatrixData, PositionTable, Quantized,
+    SequenceLayout,
 };
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -430,7 +431,8 @@ impl Backend for CudaBackend {
         self.attention(&s.slice(..), 3 * d, keys, rows, shape, out);
     }
 
-    fn new_kv_cache(&self, rows: usize) -> DeviceKvCache {
+    fn new_kv_cache(&self, rows: usize, kv: KvCacheType) -> DeviceKvCache {
+        debug_assert_eq!(kv, KvCacheType::Float32, "the CUDA backend keeps keys/values in float32");
         DeviceKvCache::new(rows)
     }
 
@@ -490,11 +492,13 @@ impl Backend for CudaBackend {
         &self,
         query: &DeviceBuffer,
         memory_kv: &DeviceBuffer,
+        kv: KvCacheType,
         memory: &SequenceLayout,
         row_example: &[usize],
         shape: AttentionShape,
         out: &mut DeviceBuffer,
     ) {
+        debug_assert_eq!(kv, KvCacheType::Float32, "the CUDA backend keeps keys/values in float32");
         let d = shape.dim;
         let rows = row_example.len();
         if rows == 0 || d == 0 {
@@ -657,8 +661,8 @@ pub(super) fn smoke_test(backend: &CudaBackend) -> Result<()> {
     let shape = AttentionShape { num_heads: 2, dim: 4, order: FloatOrder::default() };
     let layout = SequenceLayout::new(vec![3]);
     let (query, memory_kv) = (values(2 * 4, 7), values(3 * 2 * 4, 8));
-    backend.memory_attention(&backend.buffer_from_host(&query), &backend.buffer_from_host(&memory_kv), &layout, &[0, 0], shape, &mut got);
-    cpu.memory_attention(&query, &memory_kv, &layout, &[0, 0], shape, &mut expected);
+    backend.memory_attention(&backend.buffer_from_host(&query), &backend.buffer_from_host(&memory_kv), KvCacheType::Float32, &layout, &[0, 0], shape, &mut got);
+    cpu.memory_attention(&query, &memory_kv, KvCacheType::Float32, &layout, &[0, 0], shape, &mut expected);
     compare("an attention", &mut got, &expected);
 
     if !failures.is_empty() {

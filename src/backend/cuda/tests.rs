@@ -8,7 +8,7 @@ use super::memory::{dequantize_i16, dequantize_i8, grown_capacity, grown_steps, 
 use super::{probe, CudaBackend};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{
-    Activation, AttentionShape, Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized, SequenceLayout,
+    Activation, AttentionShape, Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, KvCacheType, MatrixData, PositionTable, Quantized, SequenceLayout,
 };
 use crate::tensor::Tensor;
 
@@ -332,13 +332,13 @@ fn attention_matches_the_cpu_backend() {
     let row_example = [2usize, 0, 0, 1];
     let query = data(row_example.len() * d, 21);
     let memory_kv = data(total * 2 * d, 22);
-    gpu.memory_attention(&gpu.buffer_from_host(&query), &gpu.buffer_from_host(&memory_kv), &layout, &row_example, shape, &mut go);
-    cpu.memory_attention(&query, &memory_kv, &layout, &row_example, shape, &mut co);
+    gpu.memory_attention(&gpu.buffer_from_host(&query), &gpu.buffer_from_host(&memory_kv), KvCacheType::Float32, &layout, &row_example, shape, &mut go);
+    cpu.memory_attention(&query, &memory_kv, KvCacheType::Float32, &layout, &row_example, shape, &mut co);
     assert_close(&host(&gpu, &mut go), &co, 1e-5, "memory attention");
 
     // decoder self-attention over 40 steps (the cache regrows), reordered on the way
     let rows = 3;
-    let (mut gcache, mut ccache) = (gpu.new_kv_cache(rows), cpu.new_kv_cache(rows));
+    let (mut gcache, mut ccache) = (gpu.new_kv_cache(rows, KvCacheType::Float32), cpu.new_kv_cache(rows, KvCacheType::Float32));
     let mut rows_now = rows;
     for step in 0..40 {
         let qkv = data(rows_now * 3 * d, 100 + step);
