@@ -394,6 +394,22 @@ pub trait Backend: Clone + Send + Sync + 'static {
         unreachable!("append_kv_cache is only called where can_append_rows")
     }
 
+    /// For each row of the output layer `x · Wᵀ (+ bias)`, its largest logit and the first
+    /// column holding it, columns `disabled[row]` excluded (greedy search without scores),
+    /// where the backend finds them without writing the logits out; else `None`.
+    #[allow(clippy::too_many_arguments)]
+    fn best_logits(
+        &self,
+        _ctx: &Ctx,
+        _x: &Self::Buffer,
+        _rows: usize,
+        _w: &Self::Matrix,
+        _bias: Option<&Self::Vector>,
+        _disabled: &[&[u32]],
+    ) -> Option<Vec<(usize, f32)>> {
+        None
+    }
+
     /// Hands the logits over to the host (decoding runs there).
     fn logits_to_host(&self, logits: &mut Self::Buffer, host: &mut Vec<f32>);
 

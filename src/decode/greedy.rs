@@ -61,9 +61,11 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
     let vocab = decoder.vocabulary_size();
     let OutputColumns { ids: output, disabled, end: end_columns } = OutputColumns::new(decoder, &params);
     let output = output.as_deref();
+    // The columns a row may not take before its minimum length: the disabled ones and ends.
+    let early: Vec<u32> = disabled.iter().chain(&end_columns).copied().collect();
     let mut live = Live::default();
     live.join(starts, params, search);
-    let mut logits = Vec::new();
+    let (mut logits, mut best) = (Vec::new(), Vec::new());
     loop {
         if search.cancelled() {
             break;
@@ -75,22 +77,37 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
         if alive.is_empty() {
             break;
         }
-        decoder.step(ctx, inputs, &mut logits);
+        // Without scores only each row's best column matters, which the decoder may find
+        // without writing the logits out (8 MB for 32 rows of a 65k vocabulary).
+        let fused = if alive.iter().any(|&ex| groups.params(examples[ex].group).return_scores) {
+            decoder.step(ctx, inputs, &mut logits);
+            false
+        } else {
+            let masks: Vec<&[u32]> = alive
+                .iter()
+                .map(|&ex| if examples[ex].step < groups.params(examples[ex].group).min_length { &early[..] } else { &disabled[..] })
+                .collect();
+            decoder.step_best(ctx, inputs, &masks, &mut logits, &mut best)
+        };
         let mut keep = Vec::with_capacity(alive.len());
         for (r, &ex) in alive.iter().enumerate() {
             let example = &mut examples[ex];
             let (params, step) = (groups.params(example.group), example.step);
             example.step += 1;
-            let row = &mut logits[r * vocab..(r + 1) * vocab];
-            disable(row, &disabled);
-            if step < params.min_length {
-                disable(row, &end_columns);
-            }
-            let (column, mut score) = ops::argmax(row);
+            let (column, mut score) = if fused {
+                best[r]
+            } else {
+                let row = &mut logits[r * vocab..(r + 1) * vocab];
+                disable(row, &disabled);
+                if step < params.min_length {
+                    disable(row, &end_columns);
+                }
+                ops::argmax(row)
+            };
             let mut word = target_id(column, output);
             if params.return_scores {
                 // The log-probability of the arg-max, as a full log-softmax would give it.
-                score -= ops::log_sum_exp(row);
+                score -= ops::log_sum_exp(&logits[r * vocab..(r + 1) * vocab]);
             }
             let prefix = &example.start.prefix;
             if step < prefix.len() {

@@ -281,6 +281,12 @@ impl<B: Backend> Linear<B> {
         backend.logits(ctx, x, rows, &self.weight, self.bias.as_ref(), scratch, host);
     }
 
+    /// Each row's largest output and its first column (`disabled[row]` excluded), where
+    /// the backend finds them without the whole output.
+    pub fn best_outputs(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, disabled: &[&[u32]]) -> Option<Vec<(usize, f32)>> {
+        backend.best_logits(ctx, x, rows, &self.weight, self.bias.as_ref(), disabled)
+    }
+
     /// `forward` followed by ReLU, fused where the kernel can.
     pub fn forward_relu(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, out: &mut B::Buffer) {
         backend.linear(ctx, x, rows, &self.weight, self.bias.as_ref(), true, out);

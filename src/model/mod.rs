@@ -106,6 +106,14 @@ pub trait DecoderSession {
     /// Runs one step for every row with input `ids` (one per row, target ids) and writes
     /// the logits `[rows, vocabulary_size]`.
     fn step(&mut self, ctx: &Ctx, ids: &[u32], logits: &mut Vec<f32>);
+    /// `step` when only each row's largest logit matters (greedy search without scores):
+    /// its column and value into `best` (columns `disabled[row]` excluded) and `true` where
+    /// the decoder finds them without writing the logits out, else the logits and `false`.
+    fn step_best(&mut self, ctx: &Ctx, ids: &[u32], disabled: &[&[u32]], logits: &mut Vec<f32>, best: &mut Vec<(usize, f32)>) -> bool {
+        let _ = (disabled, best);
+        self.step(ctx, ids, logits);
+        false
+    }
     /// Keeps rows `rows[i]` as the new row `i` (beam reordering, finished rows removed).
     fn select_rows(&mut self, rows: &[usize]);
     /// Encodes `sources` (a batch as it would be started on its own) and appends one row

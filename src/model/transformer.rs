@@ -460,6 +460,44 @@ impl<B: Backend> Decoder<B> {
     /// Runs one decoding step for every row of `state` with input `ids` (one per row) and
     /// writes the logits [rows, vocabulary] into `logits` on the host.
     pub fn step(&self, ctx: &Ctx, ids: &[u32], state: &mut DecoderState<B>, logits: &mut Vec<f32>) {
+        let x = self.step_layers(ctx, ids, state);
+        let projection = state.output.as_ref().map_or(&self.projection, |o| &o.projection);
+        projection.forward_to_host(&self.backend, ctx, &x, ids.len(), &mut state.logits, logits);
+        state.x = x;
+    }
+
+    /// [`Decoder::step`] when only each row's largest logit matters (greedy search without
+    /// scores): its column and value into `best` (columns `disabled[row]` excluded) and
+    /// `true` where the backend finds them without writing the logits out, else the logits
+    /// into `logits` and `false`.
+    pub fn step_best(
+        &self,
+        ctx: &Ctx,
+        ids: &[u32],
+        state: &mut DecoderState<B>,
+        disabled: &[&[u32]],
+        logits: &mut Vec<f32>,
+        best: &mut Vec<(usize, f32)>,
+    ) -> bool {
+        let x = self.step_layers(ctx, ids, state);
+        let projection = state.output.as_ref().map_or(&self.projection, |o| &o.projection);
+        let found = match projection.best_outputs(&self.backend, ctx, &x, ids.len(), disabled) {
+            Some(found) => {
+                *best = found;
+                true
+            }
+            None => {
+                projection.forward_to_host(&self.backend, ctx, &x, ids.len(), &mut state.logits, logits);
+                false
+            }
+        };
+        state.x = x;
+        found
+    }
+
+    /// The layers of one step: the rows' final hidden states (`state.x`'s buffer, to be
+    /// handed back there).
+    fn step_layers(&self, ctx: &Ctx, ids: &[u32], state: &mut DecoderState<B>) -> B::Buffer {
         let b = &self.backend;
         let d = self.embeddings.dim();
         let rows = ids.len();
@@ -504,11 +542,9 @@ impl<B: Backend> Decoder<B> {
         if let Some(norm) = &self.final_norm {
             norm.forward(b, &mut x);
         }
-        let projection = state.output.as_ref().map_or(&self.projection, |o| &o.projection);
-        projection.forward_to_host(b, ctx, &x, rows, &mut state.logits, logits);
         state.scratch = scratch;
-        state.x = x;
         state.steps.iter_mut().for_each(|s| *s += 1);
+        x
     }
 
     /// The sub-layer's input: `x`, or with pre-norm its normalized copy in `buf`.
@@ -616,6 +652,9 @@ impl<B: Backend> DecoderSession for TransformerSession<'_, B> {
     }
     fn step(&mut self, ctx: &Ctx, ids: &[u32], logits: &mut Vec<f32>) {
         self.decoder.step(ctx, ids, &mut self.state, logits)
+    }
+    fn step_best(&mut self, ctx: &Ctx, ids: &[u32], disabled: &[&[u32]], logits: &mut Vec<f32>, best: &mut Vec<(usize, f32)>) -> bool {
+        self.decoder.step_best(ctx, ids, &mut self.state, disabled, logits, best)
     }
     fn select_rows(&mut self, rows: &[usize]) {
         self.decoder.select_rows(&mut self.state, rows)

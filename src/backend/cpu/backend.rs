@@ -359,6 +359,18 @@ impl Backend for CpuBackend {
         dst.append_rows(src);
     }
 
+    fn best_logits(
+        &self,
+        ctx: &Ctx,
+        x: &Vec<f32>,
+        rows: usize,
+        w: &PackedWeight,
+        bias: Option<&Arc<Tensor>>,
+        disabled: &[&[u32]],
+    ) -> Option<Vec<(usize, f32)>> {
+        w.best_columns(x, bias.map(|b| &b[..]), rows, ctx.threads, disabled)
+    }
+
     fn logits_to_host(&self, logits: &mut Vec<f32>, host: &mut Vec<f32>) {
         // Already on the host: hand the buffer over instead of copying it.
         std::mem::swap(logits, host);

@@ -1,7 +1,7 @@
 //! A Linear layer's weight in the form its compute type multiplies: float32, int8 or int16,
 //! packed once at load.
 use super::int16::{matmul_i16, PackedI16Matrix};
-use super::int8::{matmul_i8, matmul_i8_relu, PackedI8Matrix};
+use super::int8::{best_columns_i8, matmul_i8, matmul_i8_relu, PackedI8Matrix};
 use super::ops::Activation;
 use super::packed::{matmul_packed, PackedMatrix};
 
@@ -61,6 +61,15 @@ impl PackedWeight {
             PackedWeight::Float32(w) => matmul_packed(x, w, bias, y, m, threads),
             PackedWeight::Int8(w) => matmul_i8(x, w, bias, y, m, threads),
             PackedWeight::Int16(w) => matmul_i16(x, w, bias, y, m, threads),
+        }
+    }
+
+    /// Each row's arg-max of [`matmul`](Self::matmul)'s output (`disabled[row]` columns
+    /// excluded) where the kernels reduce blocks as they go: the int8 ones.
+    pub fn best_columns(&self, x: &[f32], bias: Option<&[f32]>, m: usize, threads: usize, disabled: &[&[u32]]) -> Option<Vec<(usize, f32)>> {
+        match self {
+            PackedWeight::Int8(w) => Some(best_columns_i8(x, w, bias, m, threads, disabled)),
+            _ => None,
         }
     }
 

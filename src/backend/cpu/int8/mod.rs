@@ -23,7 +23,8 @@
 //! (`|x|` times `vpsignb(w, x)`).
 //! Every path is exact and all of them give bit-identical results.
 use super::isa::{self, Isa};
-use super::OutPtr;
+use super::{ops, OutPtr};
+use std::sync::Mutex;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -506,12 +507,56 @@ pub fn matmul_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, y: &mut [f
 
 /// [`matmul_i8`], optionally with ReLU applied to the outputs in the same pass.
 pub fn matmul_i8_relu(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, y: &mut [f32], m: usize, threads: usize) {
-    let (n, k) = (w.n, w.k);
-    assert!(x.len() >= m * k && y.len() >= m * n, "matmul_i8: buffer too small");
-    if let Some(b) = bias {
-        assert!(b.len() >= n);
+    assert!(x.len() >= m * w.k && y.len() >= m * w.n, "matmul_i8: buffer too small");
+    quantized_product(x, w, bias, relu, Output::Rows(OutPtr(y.as_mut_ptr())), m, threads)
+}
+
+/// For each row of `x · Wᵀ (+ bias)`, the first column holding its largest value and that
+/// value, with the columns `disabled[row]` counted as `f32::MIN`: the arg-max of each row
+/// of [`matmul_i8`]'s output, bit for bit, without that output. Each block of columns goes
+/// to a scratch buffer that stays in cache (greedy decoding: the 65k logits of 32 rows
+/// are 8 MB written and read back every step).
+pub fn best_columns_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, m: usize, threads: usize, disabled: &[&[u32]]) -> Vec<(usize, f32)> {
+    assert!(x.len() >= m * w.k && disabled.len() >= m, "best_columns_i8: buffer too small");
+    let found = Mutex::new(Vec::new());
+    quantized_product(x, w, bias, false, Output::Best { disabled, found: &found }, m, threads);
+    // Each thread's panels in order; a later part wins only with a larger value, so the
+    // first column of the maximum wins as in one scan.
+    let mut parts = found.into_inner().unwrap_or_else(|e| e.into_inner());
+    parts.sort_by_key(|(p0, _)| *p0);
+    let mut best = vec![(0, f32::NEG_INFINITY); m];
+    for (_, part) in parts {
+        for (b, (c, v)) in best.iter_mut().zip(part) {
+            if v > b.1 {
+                *b = (c, v);
+            }
+        }
     }
-    if m == 0 || n == 0 {
+    best
+}
+
+/// Where the blocks of a product's output go.
+enum Output<'a> {
+    /// Into `y` (`[m, n]`).
+    Rows(OutPtr),
+    /// Into a scratch block per thread, each row then reduced to its best column: each
+    /// thread adds `(first panel, best (column, value) per row)` to `found`.
+    Best { disabled: &'a [&'a [u32]], found: &'a Mutex<Vec<(usize, Vec<(usize, f32)>)>> },
+}
+
+// SAFETY: the pointer of `Rows` is written by the threads of one product at disjoint
+// columns (see OutPtr); `Best` holds shared references to `Sync` data.
+unsafe impl Sync for Output<'_> {}
+
+fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, out: Output, m: usize, threads: usize) {
+    let k = w.k;
+    if let Some(b) = bias {
+        assert!(b.len() >= w.n);
+    }
+    if m == 0 || w.n == 0 {
+        if let Output::Best { found, .. } = out {
+            found.lock().unwrap_or_else(|e| e.into_inner()).push((0, vec![(0, f32::NEG_INFINITY); m]));
+        }
         return;
     }
     let isa = isa::current();
@@ -521,22 +566,25 @@ pub fn matmul_i8_relu(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
         let mut a = a.borrow_mut();
         a.fill(x, m, k, shifted, w.activation_scale, intgemm);
         a.fill_companion(m, Companion::of(isa, intgemm));
-        run_panels(&a, w, bias, relu, y.as_mut_ptr(), m, threads, isa, shifted)
+        run_panels(&a, w, bias, relu, &out, m, threads, isa, shifted)
     })
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, y: *mut f32, m: usize, threads: usize, isa: Isa, shifted: bool) {
+fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, out: &Output, m: usize, threads: usize, isa: Isa, shifted: bool) {
     let n = w.n;
     let panels = n.div_ceil(NR);
     let groups = m.div_ceil(MR);
-    let out = OutPtr(y);
     // Panels are taken in blocks of about 512 KiB that stay in L2 while every row group
     // multiplies them: each group then writes long contiguous runs of its output rows
     // (with one panel at a time, a 65k-wide output is written 128 bytes per row and page).
     let block = (512 * 1024 / (a.kp * NR)).max(1);
     let run = |p0: usize, p1: usize| {
         let mut epilogues: Vec<PanelEpilogue> = Vec::with_capacity(block);
+        let (mut scratch, mut best) = (Vec::new(), Vec::new());
+        if let Output::Best { .. } = out {
+            best = vec![(0, f32::NEG_INFINITY); m];
+        }
         for b0 in (p0..p1).step_by(block) {
             let b1 = (b0 + block).min(p1);
             epilogues.clear();
@@ -566,6 +614,15 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
             // into L2 meanwhile, each tile a share, so no group waits for memory.
             let next = w.panels(b1, (b1 + block).min(p1));
             let tiles = (groups - 1) * (b1 - b0);
+            // The block's column b0 * NR of row 0, and the distance between rows.
+            let (origin, ldy) = match out {
+                // SAFETY: column b0 * NR < n is inside each row of y.
+                Output::Rows(y) => (unsafe { y.get().add(b0 * NR) }, n),
+                Output::Best { .. } => {
+                    scratch.resize(m * (b1 - b0) * NR, 0.0);
+                    (scratch.as_mut_ptr(), (b1 - b0) * NR)
+                }
+            };
             for g in 0..groups {
                 let ag = a.group(g);
                 for (p, e) in (b0..b1).zip(&epilogues) {
@@ -577,9 +634,9 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                         &next[t * lines / tiles * 64..(t + 1) * lines / tiles * 64]
                     };
                     let t = TileOut {
-                        // SAFETY: row g*MR < m and column p*NR < n: inside y.
-                        y: unsafe { out.get().add(g * MR * n + p * NR) },
-                        ldy: n,
+                        // SAFETY: row g*MR < m and column p*NR < n: inside the output.
+                        y: unsafe { origin.add(g * MR * ldy + (p - b0) * NR) },
+                        ldy,
                         rows: MR.min(m - g * MR),
                         inv_x: &a.inv_scales[g * MR..(g + 1) * MR],
                         e,
@@ -608,6 +665,24 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     }
                 }
             }
+            if let Output::Best { disabled, .. } = out {
+                let (first, cols) = (b0 * NR, (b1 * NR).min(n) - b0 * NR);
+                for ((row, off), best) in scratch.chunks_exact_mut(ldy).zip(disabled.iter()).zip(&mut best) {
+                    let row = &mut row[..cols];
+                    for &id in off.iter() {
+                        if let Some(v) = (id as usize).checked_sub(first).and_then(|c| row.get_mut(c)) {
+                            *v = f32::MIN;
+                        }
+                    }
+                    let (c, v) = ops::argmax(row);
+                    if v > best.1 {
+                        *best = (first + c, v);
+                    }
+                }
+            }
+        }
+        if let Output::Best { found, .. } = out {
+            found.lock().unwrap_or_else(|e| e.into_inner()).push((p0, best));
         }
     };
     super::split_panels(panels, threads, m * n * w.k, run);
@@ -1054,6 +1129,51 @@ mod tests {
             isa::with_isa(isa, || matmul_i8_relu(&x, &packed, Some(&bias), true, &mut y, m, 1));
             assert_eq!(y, expected, "{isa:?}");
         }
+    }
+
+    /// The best column of each row, found block by block, is the arg-max of the full
+    /// product's row: across blocks and threads, with ties between blocks (the first wins),
+    /// disabled columns (the best among them, every column) and at every level.
+    #[test]
+    fn best_columns_are_the_arg_max_of_the_product() {
+        let mut seed = 11;
+        let (m, n, k) = (9, 3000, 512);
+        let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed)).collect();
+        let mut w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
+        let mut bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
+        // Column 2500 repeats column 700, and a large bias makes them every row's largest:
+        // equal logits two blocks apart.
+        w.copy_within(700 * k..701 * k, 2500 * k);
+        (bias[700], bias[2500]) = (50.0, 50.0);
+        let packed = PackedI8Matrix::quantize(&w, n, k);
+        let mut y = vec![0.0; m * n];
+        matmul_i8(&x, &packed, Some(&bias), &mut y, m, 1);
+        let every: Vec<u32> = (0..n as u32).collect();
+        let mut disabled: Vec<Vec<u32>> = vec![Vec::new(); m];
+        disabled[1] = vec![700, 2500, 5, 2999];
+        disabled[2] = every.clone();
+        disabled[3] = vec![700];
+        let masks: Vec<&[u32]> = disabled.iter().map(|d| &d[..]).collect();
+        let expected: Vec<(usize, f32)> = y
+            .chunks_exact(n)
+            .zip(&masks)
+            .map(|(row, off)| {
+                let mut row = row.to_vec();
+                for &id in off.iter() {
+                    row[id as usize] = f32::MIN;
+                }
+                ops::argmax(&row)
+            })
+            .collect();
+        assert_eq!((expected[0].0, expected[3].0, expected[2]), (700, 2500, (0, f32::MIN)));
+        assert!(![700, 2500].contains(&expected[1].0));
+        for isa in isa::available() {
+            for threads in [1, 2, 3] {
+                let got = isa::with_isa(isa, || best_columns_i8(&x, &packed, Some(&bias), m, threads, &masks));
+                assert_eq!(got, expected, "{isa:?} threads={threads}");
+            }
+        }
+        assert!(best_columns_i8(&[], &packed, Some(&bias), 0, 1, &[]).is_empty());
     }
 
     #[test]
