@@ -3,7 +3,7 @@
 
     python3 bench/bench.py [--limit N] [--beams 1,4] [--compute-types float32,int8]
                            [--engines tolk,ct2] [--repeat K] [--models DIR] [--data DIR]
-                           [--vmap FILE] [--json FILE]
+                           [--vmap FILE] [--json FILE] [--kv-cache-types float32,int8]
 
 The source (dev-matthew.zh) is tokenized once with zh-en-ct2/sentencepiece.model, outside
 any timing. Each (engine, compute type, decoding) runs in its own fresh subprocess that
@@ -16,6 +16,8 @@ worker's VmHWM (model load included; ru_maxrss is not used because a child inher
 parent's high-water mark across fork+exec). Prints one Markdown table and the Tolk/CT2
 tokens/s ratio of each configuration; --json FILE saves the rows. --vmap FILE translates
 with use_vmap=True on a copy of zh-en-ct2 (its files linked) whose vmap.txt is FILE.
+--kv-cache-types runs Tolk once per kv_cache_type (how it keeps attention keys/values:
+float32, bfloat16, int8), each row compared with the same CTranslate2 run.
 """
 import argparse
 import datetime
@@ -69,6 +71,8 @@ def worker(args):
                    return_scores=False)
     if args.model_dir:
         options.update(use_vmap=True)
+    if args.engine == "tolk" and args.kv_cache_type != "float32":
+        options.update(kv_cache_type=args.kv_cache_type)
 
     t0 = time.perf_counter()
     if args.engine == "ct2":
@@ -126,15 +130,16 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def run_worker(args, engine, compute_type, beam, tokens_file, tmpdir):
+def run_worker(args, engine, compute_type, beam, tokens_file, tmpdir, kv="float32"):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--engine", engine,
            "--compute-type", compute_type, "--beam", str(beam), "--tokens-file", tokens_file,
+           "--kv-cache-type", kv,
            "--models", args.models, "--max-batch-size", str(args.max_batch_size),
            "--threads", str(args.threads), "--repeat", str(args.repeat)]
     if args.model_dir:
         cmd += ["--model-dir", args.model_dir]
-    out_path = os.path.join(tmpdir, f"{engine}-{compute_type}-{beam}.out")
-    err_path = os.path.join(tmpdir, f"{engine}-{compute_type}-{beam}.err")
+    out_path = os.path.join(tmpdir, f"{engine}-{compute_type}-{beam}-{kv}.out")
+    err_path = os.path.join(tmpdir, f"{engine}-{compute_type}-{beam}-{kv}.err")
     start = time.perf_counter()
     with open(out_path, "w") as out, open(err_path, "w") as err:
         proc = subprocess.run(cmd, stdout=out, stderr=err)
@@ -176,6 +181,8 @@ def main():
     p.add_argument("--json", metavar="FILE", help="also write the table (and metadata) as JSON")
     p.add_argument("--outputs", metavar="DIR", help="also write each run's detokenized output here")
     p.add_argument("--vmap", metavar="FILE", help="translate with use_vmap=True and this vmap.txt")
+    p.add_argument("--kv-cache-types", default="float32",
+                   help="Tolk's kv_cache_type, one row each: float32 (default), bfloat16, int8")
     # Worker mode (internal).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine", help=argparse.SUPPRESS)
@@ -183,6 +190,7 @@ def main():
     p.add_argument("--beam", type=int, help=argparse.SUPPRESS)
     p.add_argument("--tokens-file", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)  # the model copy with --vmap
+    p.add_argument("--kv-cache-type", default="float32", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
@@ -197,6 +205,7 @@ def main():
             p.error(f"unknown engine {e!r} (tolk, ct2)")
     beams = [int(b) for b in args.beams.split(",")]
     compute_types = [c.strip() for c in args.compute_types.split(",") if c.strip()]
+    kv_types = [c.strip() for c in args.kv_cache_types.split(",") if c.strip()]
     model_dir = os.path.join(args.models, "zh-en-ct2")
     zh_path = os.path.join(args.data, "dev-matthew.zh")
     en_path = os.path.join(args.data, "dev-matthew.en")
@@ -231,19 +240,20 @@ def main():
             os.symlink(os.path.abspath(args.vmap), os.path.join(args.model_dir, "vmap.txt"))
         for compute_type in compute_types:
             for beam in beams:
-                for engine in engines:
+                for engine, kv in [(e, k) for e in engines for k in (kv_types if e == "tolk" else ["float32"])]:
                     label = f"{ENGINE_NAMES[engine]} {compute_type} {'greedy' if beam == 1 else f'beam {beam}'}"
+                    label += f" (kv_cache_type {kv})" if kv != "float32" else ""
                     print(f"running {label} ...", file=sys.stderr, flush=True)
-                    r, error = run_worker(args, engine, compute_type, beam, tokens_file, tmpdir)
+                    r, error = run_worker(args, engine, compute_type, beam, tokens_file, tmpdir, kv)
                     if error:
                         last = error.strip().splitlines()[-1]
                         print(f"  FAILED: {label}: {last}\n{error}", file=sys.stderr)
                         failures.append({"engine": engine, "compute_type": compute_type, "beam": beam,
-                                         "error": error, "summary": last})
+                                         "kv_cache_type": kv, "error": error, "summary": last})
                         table.append(failures[-1])
                         continue
                     hyps = ["".join(h).replace("\u2581", " ").strip() for h in r.pop("hypotheses")]
-                    r.update(engine=engine, compute_type=compute_type, beam=beam,
+                    r.update(engine=engine, compute_type=compute_type, beam=beam, kv_cache_type=kv,
                              tokens_per_s=r["tokens"] / r["seconds"],
                              bleu=sacrebleu.corpus_bleu(hyps, [en]).score)
                     r["_outputs"] = hyps
@@ -253,7 +263,7 @@ def main():
                           f"{r['rss_mb']:.0f} MB, {r['seconds']:.2f} s", file=sys.stderr, flush=True)
                     if args.outputs:
                         os.makedirs(args.outputs, exist_ok=True)
-                        name = f"{engine}-{compute_type}-beam{beam}.en"
+                        name = f"{engine}-{compute_type}-beam{beam}{'' if kv == 'float32' else '-kv-' + kv}.en"
                         with open(os.path.join(args.outputs, name), "w", encoding="utf-8") as f:
                             f.writelines(h + "\n" for h in hyps)
     load_after = os.getloadavg()
@@ -266,6 +276,7 @@ def main():
         peer = peer_of(r)
         if r["engine"] == "tolk" and peer:
             r["tolk_over_ct2"] = r["tokens_per_s"] / peer["tokens_per_s"]
+            r["rss_over_ct2"] = r["rss_mb"] / peer["rss_mb"]
             r["same_as_ct2"] = sum(a == b for a, b in zip(r["_outputs"], peer["_outputs"])) / len(zh)
 
     ncpu = os.cpu_count() or 1
@@ -275,25 +286,30 @@ def main():
           f"{cpu_model()}, {ncpu} CPUs, load average {load_before[0]:.2f} -> {load_after[0]:.2f}"
           f"{', ISA held to ' + args.isa if args.isa else ''}\n")
     print("| engine | compute type | decoding | target tokens/s | BLEU | peak RSS (MB) | wall time (s) "
-          "| Tolk/CT2 tokens/s | same output as CT2 |")
-    print("|---|---|---|--:|--:|--:|--:|--:|--:|")
+          "| Tolk/CT2 tokens/s | Tolk/CT2 peak RSS | same output as CT2 |")
+    print("|---|---|---|--:|--:|--:|--:|--:|--:|--:|")
     for r in table:
         decoding = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
         if "error" in r:
-            print(f"| {ENGINE_NAMES[r['engine']]} | {r['compute_type']} | {decoding} "
-                  f"| failed: {r['summary'][:80].replace('|', '/')} | | | | | |")
+            kv = f", kv {r['kv_cache_type']}" if r.get("kv_cache_type", "float32") != "float32" else ""
+            print(f"| {ENGINE_NAMES[r['engine']]}{kv} | {r['compute_type']} | {decoding} "
+                  f"| failed: {r['summary'][:80].replace('|', '/')} | | | | | | |")
             continue
         ratio = f"{r['tolk_over_ct2']:.2f}x" if "tolk_over_ct2" in r else ""
         same = f"{r['same_as_ct2']:.1%}" if "same_as_ct2" in r else ""
-        print(f"| {ENGINE_NAMES[r['engine']]} {r['version']} | {r['compute_type']} | {decoding} "
+        rss = f"{r['rss_over_ct2']:.2f}x" if "rss_over_ct2" in r else ""
+        kv = f", kv {r['kv_cache_type']}" if r.get("kv_cache_type", "float32") != "float32" else ""
+        print(f"| {ENGINE_NAMES[r['engine']]} {r['version']}{kv} | {r['compute_type']} | {decoding} "
               f"| {r['tokens_per_s']:.1f} | {r['bleu']:.2f} | {r['rss_mb']:.0f} | {r['seconds']:.2f} "
-              f"| {ratio} | {same} |")
+              f"| {ratio} | {rss} | {same} |")
     print()
     for r in rows:
         if "tolk_over_ct2" in r:
             decoding = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
-            print(f"Tolk/CT2 target tokens/s, {r['compute_type']} {decoding}: {r['tolk_over_ct2']:.2f}x "
-                  f"({r['tokens_per_s']:.1f} / {peer_of(r)['tokens_per_s']:.1f})")
+            kv = f" (kv_cache_type {r['kv_cache_type']})" if r["kv_cache_type"] != "float32" else ""
+            print(f"Tolk/CT2 target tokens/s, {r['compute_type']} {decoding}{kv}: {r['tolk_over_ct2']:.2f}x "
+                  f"({r['tokens_per_s']:.1f} / {peer_of(r)['tokens_per_s']:.1f}), "
+                  f"peak RSS {r['rss_over_ct2']:.2f}x ({r['rss_mb']:.0f} / {peer_of(r)['rss_mb']:.0f} MB)")
     if load_before[0] > ncpu - 0.5 or load_after[0] > ncpu - 0.5:
         print(f"\nwarning: the machine was busy (load average {load_before[0]:.2f} -> {load_after[0]:.2f} "
               f"on {ncpu} CPUs); timings are noisy", file=sys.stderr)

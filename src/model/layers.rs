@@ -281,8 +281,8 @@ impl<B: Backend> Linear<B> {
         backend.logits(ctx, x, rows, &self.weight, self.bias.as_ref(), scratch, host);
     }
 
-    /// Each row's largest output and its first column (`disabled[row]` excluded), where
-    /// the backend finds them without the whole output.
+    /// Each row's largest output and its first column (`disabled[row]` counted as
+    /// `f32::MIN`), where the backend finds them without the whole output.
     pub fn best_outputs(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, disabled: &[&[u32]]) -> Option<Vec<(usize, f32)>> {
         backend.best_logits(ctx, x, rows, &self.weight, self.bias.as_ref(), disabled)
     }

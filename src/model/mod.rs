@@ -107,8 +107,9 @@ pub trait DecoderSession {
     /// the logits `[rows, vocabulary_size]`.
     fn step(&mut self, ctx: &Ctx, ids: &[u32], logits: &mut Vec<f32>);
     /// `step` when only each row's largest logit matters (greedy search without scores):
-    /// its column and value into `best` (columns `disabled[row]` excluded) and `true` where
-    /// the decoder finds them without writing the logits out, else the logits and `false`.
+    /// its column and value into `best` (columns `disabled[row]` counted as `f32::MIN`)
+    /// and `true` where the decoder finds them without writing the logits out, else the
+    /// logits and `false`.
     fn step_best(&mut self, ctx: &Ctx, ids: &[u32], disabled: &[&[u32]], logits: &mut Vec<f32>, best: &mut Vec<(usize, f32)>) -> bool {
         let _ = (disabled, best);
         self.step(ctx, ids, logits);
@@ -247,6 +248,8 @@ impl<B: Backend> TranslationModel for TransformerModel<B> {
         self.vocabulary_map.as_ref()
     }
     fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>> {
+        // Refused before the batch is encoded for nothing.
+        self.decoder.check_kv_type(kv)?;
         let memory = self.encoder.forward(ctx, sources);
         let state = self.decoder.initial_state(ctx, memory, output_ids, kv)?;
         Ok(Box::new(transformer::TransformerSession { encoder: &self.encoder, decoder: &self.decoder, state }))

@@ -306,9 +306,7 @@ impl<B: Backend> Decoder<B> {
     /// output layer of this batch is restricted to them. Keys and values are kept as `kv`.
     pub fn initial_state(&self, ctx: &Ctx, memory: EncoderOutput<B>, output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<DecoderState<B>> {
         let b = &self.backend;
-        if !b.stores_kv_as(kv) {
-            return Err(Error::unsupported(format!("kv_cache_type {} is not supported on {} (float32 is)", kv.name(), b.name())));
-        }
+        self.check_kv_type(kv)?;
         let vocabulary = self.vocabulary_size();
         let output = match output_ids {
             Some(ids) => {
@@ -339,6 +337,15 @@ impl<B: Backend> Decoder<B> {
             })
             .collect();
         Ok(self.state_of(memory.layout, memory_kv, output, kv))
+    }
+
+    /// Whether this decoder's backend keeps keys/values as `kv`.
+    pub fn check_kv_type(&self, kv: KvCacheType) -> Result<()> {
+        let b = &self.backend;
+        if !b.stores_kv_as(kv) {
+            return Err(Error::unsupported(format!("kv_cache_type {} is not supported on {} (float32 is)", kv.name(), b.name())));
+        }
+        Ok(())
     }
 
     /// Values per head: the piece each int8 scale of stored keys/values covers.
@@ -467,9 +474,9 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// [`Decoder::step`] when only each row's largest logit matters (greedy search without
-    /// scores): its column and value into `best` (columns `disabled[row]` excluded) and
-    /// `true` where the backend finds them without writing the logits out, else the logits
-    /// into `logits` and `false`.
+    /// scores): its column and value into `best` (columns `disabled[row]` counted as
+    /// `f32::MIN`) and `true` where the backend finds them without writing the logits out,
+    /// else the logits into `logits` and `false`.
     pub fn step_best(
         &self,
         ctx: &Ctx,

@@ -134,13 +134,10 @@ impl CpuKvCache {
     pub fn widen(&self, r: usize, out: &mut Vec<f32>) {
         let (row, values) = (&self.rows[r], self.values);
         out.clear();
-        out.reserve(row.len * values);
         let Some(codec) = self.codec else { return };
-        let mut wide = Vec::new();
-        for (b, block) in row.blocks.iter().enumerate() {
-            let positions = (row.len - b * BLOCK).min(BLOCK);
-            codec.decode_rows(block, positions, values, &mut wide);
-            out.extend_from_slice(&wide);
+        out.resize(row.len * values, 0.0);
+        for (block, wide) in row.blocks.iter().zip(out.chunks_mut(BLOCK * values)) {
+            codec.decode_into(block, wide.len() / values.max(1), values, wide);
         }
     }
 

@@ -39,9 +39,14 @@ impl KvCodec {
     pub fn decode_rows(&self, src: &[f32], rows: usize, width: usize, dst: &mut Vec<f32>) {
         dst.clear();
         dst.resize(rows * width, 0.0);
+        self.decode_into(src, rows, width, dst);
+    }
+
+    /// [`KvCodec::decode_rows`] into the first `rows * width` floats of `dst`.
+    pub fn decode_into(&self, src: &[f32], rows: usize, width: usize, dst: &mut [f32]) {
         let (codec, slots) = (*self, self.slots(width));
         let src = &src[..rows * slots];
-        let dst = &mut dst[..];
+        let dst = &mut dst[..rows * width];
         dispatch_isa!(decode_generic(codec: KvCodec, src: &[f32], slots: usize, width: usize, dst: &mut [f32]) -> ())
     }
 }
@@ -62,6 +67,7 @@ fn encode_generic(codec: KvCodec, src: &[f32], dst: &mut [f32]) {
             let bytes: &mut [i8] = bytemuck::cast_slice_mut(values);
             bytes.fill(0);
             for ((piece, q), scale) in src.chunks(codec.chunk).zip(bytes.chunks_mut(codec.chunk)).zip(scales) {
+                // (A non-finite value, already a broken activation, spoils its head.)
                 let largest = piece.iter().fold(0.0f32, |m, x| m.max(x.abs()));
                 *scale = largest / 127.0;
                 let inverse = if largest > 0.0 { 127.0 / largest } else { 0.0 };

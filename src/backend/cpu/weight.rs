@@ -65,7 +65,7 @@ impl PackedWeight {
     }
 
     /// Each row's arg-max of [`matmul`](Self::matmul)'s output (`disabled[row]` columns
-    /// excluded) where the kernels reduce blocks as they go: the int8 ones.
+    /// counted as `f32::MIN`) where the kernels reduce blocks as they go: the int8 ones.
     pub fn best_columns(&self, x: &[f32], bias: Option<&[f32]>, m: usize, threads: usize, disabled: &[&[u32]]) -> Option<Vec<(usize, f32)>> {
         match self {
             PackedWeight::Int8(w) => Some(best_columns_i8(x, w, bias, m, threads, disabled)),

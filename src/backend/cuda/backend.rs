@@ -432,7 +432,7 @@ impl Backend for CudaBackend {
     }
 
     fn new_kv_cache(&self, rows: usize, kv: KvCacheType) -> DeviceKvCache {
-        debug_assert_eq!(kv, KvCacheType::Float32, "the CUDA backend keeps keys/values in float32");
+        assert_eq!(kv, KvCacheType::Float32, "the CUDA backend keeps keys/values in float32");
         DeviceKvCache::new(rows)
     }
 
@@ -498,7 +498,7 @@ impl Backend for CudaBackend {
         shape: AttentionShape,
         out: &mut DeviceBuffer,
     ) {
-        debug_assert_eq!(kv, KvCacheType::Float32, "the CUDA backend keeps keys/values in float32");
+        assert_eq!(kv, KvCacheType::Float32, "the CUDA backend keeps keys/values in float32");
         let d = shape.dim;
         let rows = row_example.len();
         if rows == 0 || d == 0 {

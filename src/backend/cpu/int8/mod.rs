@@ -544,10 +544,6 @@ enum Output<'a> {
     Best { disabled: &'a [&'a [u32]], found: &'a Mutex<Vec<(usize, Vec<(usize, f32)>)>> },
 }
 
-// SAFETY: the pointer of `Rows` is written by the threads of one product at disjoint
-// columns (see OutPtr); `Best` holds shared references to `Sync` data.
-unsafe impl Sync for Output<'_> {}
-
 fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, out: Output, m: usize, threads: usize) {
     let k = w.k;
     if let Some(b) = bias {
