@@ -381,6 +381,13 @@ fn the_c_example_translates_lines_and_reports_errors() {
     assert_eq!((code, stdout), (Some(0), format!("{}\n{}\n", greedy[0].1, greedy[2].1)));
     let (code, stdout, _) = cli(&["--model", model, "--tokens"], "");
     assert_eq!((code, stdout.as_str()), (Some(0), ""));
+    // Compact keys/values: a translation of each line, close to float32's.
+    for kv in ["bfloat16", "int8"] {
+        let (code, stdout, stderr) =
+            cli(&["--model", model, "--tokens", "--beam", "1", "--max-decoding-length", "24", "--kv-cache-type", kv], "a b c\nz");
+        assert_eq!(code, Some(0), "{kv}: {stderr}");
+        assert_eq!(stdout.lines().count(), 2, "{kv}: {stdout}");
+    }
     let long_line = format!("{}\nz\n", vec!["h e l l o"; 600].join(" "));
     let (code, stdout, stderr) = cli(&["--model", model, "--tokens", "--max-decoding-length", "3"], &long_line);
     assert_eq!(code, Some(0), "{stderr}");
@@ -415,6 +422,7 @@ fn the_c_example_translates_lines_and_reports_errors() {
         (&["--model", model, "--tokens", "--beam", "0"], "beam"),
         (&["--model", model, "--tokens", "--beam", "2", "--n-best", "3"], "hypotheses"),
         (&["--model", model, "--tokens", "--compute-type", "int3"], "int3"),
+        (&["--model", model, "--tokens", "--kv-cache-type", "float8"], "kv_cache_type"),
         (&["--model", model, "--tokens", "--max-decoding-length", "0"], "decoding length"),
     ];
     for (args, needle) in library_errors {
