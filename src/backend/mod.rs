@@ -397,9 +397,9 @@ pub trait Backend: Clone + Send + Sync + 'static {
     }
 
     /// For each row of the output layer `x · Wᵀ (+ bias)`, its largest logit and the first
-    /// column holding it, columns `disabled[row]` counted as `f32::MIN` (as
-    /// `decode::disable` sets them; greedy search without scores),
-    /// where the backend finds them without writing the logits out; else `None`.
+    /// column holding it, columns `disabled[row]` counted as `f32::MIN` as `decode::disable`
+    /// sets them (greedy search without scores), where the backend finds them without
+    /// writing the logits out; else `None`.
     #[allow(clippy::too_many_arguments)]
     fn best_logits(
         &self,
