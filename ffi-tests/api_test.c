@@ -164,6 +164,10 @@ static void test_bad_options(TolkModel *model) {
     CHECK(s == TOLK_ERROR_INVALID_ARGUMENT || s == TOLK_ERROR_UNSUPPORTED);
     CHECK(strlen(tolk_last_error()) > 0 && translator == NULL);
     t_bad = tolk_translator_options_default();
+    t_bad.kv_cache_type = "float8";
+    CHECK_STATUS(tolk_translator_new(model, &t_bad, &translator), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(tolk_last_error(), "kv_cache_type") != NULL && translator == NULL);
+    t_bad = tolk_translator_options_default();
     t_bad.struct_size = 0;
     CHECK_STATUS(tolk_translator_new(model, &t_bad, &translator), TOLK_ERROR_INVALID_ARGUMENT);
     t_bad = tolk_translator_options_default();

@@ -219,6 +219,12 @@ typedef struct TolkTranslatorOptions {
    * queue their batches for these workers.
    */
   uint32_t inter_threads;
+  /**
+   * How this translator's calls keep attention keys/values unless their
+   * TolkTranslateOptions.kv_cache_type says otherwise: "float32" (NULL), "bfloat16" or
+   * "int8" (see TolkTranslateOptions.kv_cache_type).
+   */
+  const char *kv_cache_type;
 } TolkTranslatorOptions;
 
 /**

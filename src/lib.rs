@@ -281,11 +281,21 @@ pub struct TranslatorConfig {
     pub inter_threads: usize,
     /// Threads each worker uses inside one batch (matrix products); 0 or 1 = one.
     pub intra_threads: usize,
+    /// How decoding keeps attention keys/values unless a call's options say otherwise
+    /// (the `kv_cache_type` of [`Translator::default_options`]).
+    pub kv_cache_type: KvCacheType,
 }
 
 impl Default for TranslatorConfig {
     fn default() -> Self {
-        TranslatorConfig { device: None, device_index: None, compute_type: ComputeType::Default, inter_threads: 1, intra_threads: 1 }
+        TranslatorConfig {
+            device: None,
+            device_index: None,
+            compute_type: ComputeType::Default,
+            inter_threads: 1,
+            intra_threads: 1,
+            kv_cache_type: KvCacheType::Float32,
+        }
     }
 }
 
@@ -334,7 +344,7 @@ impl Translator {
             load_family(&model.package.source, resolved, &device)?
         };
         Ok(Translator {
-            inner: translator::Translator::new(weights, config.inter_threads, config.intra_threads)?,
+            inner: translator::Translator::new(weights, config.inter_threads, config.intra_threads)?.with_kv_cache_type(config.kv_cache_type),
             package: Arc::clone(&model.package),
         })
     }

@@ -159,6 +159,8 @@ class TolkTranslatorOptions(ctypes.Structure):
         ("intra_threads", ctypes.c_uint32),
         ("device_index", ctypes.c_uint32),
         ("inter_threads", ctypes.c_uint32),
+        # The calls' kv_cache_type unless they say otherwise; NULL = "float32".
+        ("kv_cache_type", ctypes.c_char_p),
     ]
 
 
@@ -1001,6 +1003,7 @@ class Translator:
         device_index: int = 0,
         inter_threads: int = 1,
         files=None,
+        kv_cache_type: Optional[str] = None,
     ):
         """``model`` is a :class:`Model` or, as in ``ctranslate2.Translator``, a model
         directory (then loaded with ``compute_type``, ``device`` (None = "auto"),
@@ -1008,7 +1011,8 @@ class Translator:
         :class:`Model` -- and owned by this translator), or with ``files`` the name of
         a model loaded from those files in memory (:meth:`Model.from_files`).  With a :class:`Model`,
         ``device`` None runs where the model is; another device loads a copy of the
-        weights there.
+        weights there.  ``kv_cache_type`` is the default of every call's (see
+        :meth:`translate_batch`).
         The tokenizers belong to the model: pass them to :class:`Model` when you load
         it yourself."""
         self._lib = _get_lib()
@@ -1043,6 +1047,8 @@ class Translator:
         opts.intra_threads = int(intra_threads)
         opts.device_index = int(device_index)
         opts.inter_threads = int(inter_threads)
+        self._kv_b = kv_cache_type.encode("utf-8") if kv_cache_type is not None else None
+        opts.kv_cache_type = self._kv_b
         out = _TranslatorP()
         status = self._lib.tolk_translator_new(model._ptr, ctypes.byref(opts), ctypes.byref(out))
         _check(self._lib, status)

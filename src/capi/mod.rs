@@ -125,6 +125,10 @@ pub struct TolkTranslatorOptions {
     /// the model's weights (CTranslate2's inter_threads; 0 = 1). Calls from any thread
     /// queue their batches for these workers.
     pub inter_threads: u32,
+    /// How this translator's calls keep attention keys/values unless their
+    /// TolkTranslateOptions.kv_cache_type says otherwise: "float32" (NULL), "bfloat16" or
+    /// "int8" (see TolkTranslateOptions.kv_cache_type).
+    pub kv_cache_type: *const c_char,
 }
 
 /// Options of one translation call; defaults are CTranslate2's translate_batch defaults.
@@ -299,7 +303,7 @@ macro_rules! versioned {
 pub(crate) use versioned;
 
 versioned!(TolkModelOptions { struct_size, compute_type, source_tokenizer, target_tokenizer, device, device_index });
-versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_threads, device_index, inter_threads });
+versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_threads, device_index, inter_threads, kv_cache_type });
 versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
@@ -549,6 +553,7 @@ pub extern "C" fn tolk_translator_options_default() -> TolkTranslatorOptions {
         intra_threads: 0,
         device_index: 0,
         inter_threads: 0,
+        kv_cache_type: ptr::null(),
     }
 }
 
@@ -583,6 +588,7 @@ pub unsafe extern "C" fn tolk_translator_new(
             compute_type,
             inter_threads: opts.inter_threads as usize,
             intra_threads: opts.intra_threads as usize,
+            kv_cache_type: KvCacheType::parse(opt_str(opts.kv_cache_type, "kv_cache_type")?.unwrap_or("float32"))?,
         };
         let translator = Translator::with_config(&model.model, &config)?;
         *out = Box::into_raw(Box::new(TolkTranslator { translator }));

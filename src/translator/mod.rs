@@ -151,12 +151,20 @@ pub type TokenCallback = Arc<dyn Fn(&TokenEvent) -> bool + Send + Sync>;
 pub struct Translator {
     model: Arc<dyn TranslationModel>,
     workers: Workers,
+    /// The `kv_cache_type` of `default_options`.
+    kv_cache_type: KvCacheType,
 }
 
 impl Translator {
     pub fn new(model: Arc<dyn TranslationModel>, inter_threads: usize, intra_threads: usize) -> Result<Translator> {
         let workers = Workers::new(inter_threads.max(1), intra_threads.max(1))?;
-        Ok(Translator { model, workers })
+        Ok(Translator { model, workers, kv_cache_type: KvCacheType::Float32 })
+    }
+
+    /// This translator's calls keep keys/values as `kv` unless their options say otherwise.
+    pub fn with_kv_cache_type(mut self, kv: KvCacheType) -> Translator {
+        self.kv_cache_type = kv;
+        self
     }
 
     /// Number of batches translated at once.
@@ -169,7 +177,8 @@ impl Translator {
     }
 
     /// CTranslate2's defaults with what the model's package prescribes (Marian's YAML:
-    /// beam size, normalization, length factor, mini-batch, `<unk>` suppression).
+    /// beam size, normalization, length factor, mini-batch, `<unk>` suppression) and this
+    /// translator's `kv_cache_type`.
     pub fn default_options(&self) -> TranslateOptions {
         let package = self.model.package_decoding();
         let defaults = TranslateOptions::default();
@@ -180,6 +189,7 @@ impl Translator {
             max_batch_size: package.max_batch_size.unwrap_or(defaults.max_batch_size),
             min_decoding_length: package.min_length.unwrap_or(defaults.min_decoding_length),
             disable_unk: !package.allow_unk,
+            kv_cache_type: self.kv_cache_type,
             ..defaults
         }
     }

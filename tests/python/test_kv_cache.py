@@ -118,6 +118,24 @@ def test_unknown_type_is_refused(tolk, zh_en_model, zh_tokens):
     translator = tolk.Translator(zh_en_model)
     with pytest.raises(tolk.TolkError, match="kv_cache_type"):
         translator.translate_batch(zh_tokens[:2], kv_cache_type="float8")
+    with pytest.raises(tolk.TolkError, match="kv_cache_type"):
+        tolk.Translator(zh_en_model, kv_cache_type="float8")
+
+
+def test_a_translators_type_is_its_calls_default(tolk, zh_en_model, zh_tokens):
+    source = zh_tokens[:40]
+    plain = tolk.Translator(zh_en_model, compute_type="int8")
+    compact = tolk.Translator(zh_en_model, compute_type="int8", kv_cache_type="int8")
+
+    def run(translator, **kv):
+        results = translator.translate_batch(source, beam_size=1, return_scores=True, **kv)
+        return [(r.hypotheses, r.scores) for r in results]
+
+    exact, rounded = run(plain), run(plain, kv_cache_type="int8")
+    assert rounded != exact  # int8 compute: about half the sentences change
+    assert run(compact) == rounded
+    # A call's own type wins over the translator's.
+    assert run(compact, kv_cache_type="float32") == exact
 
 
 PEAK_WORKER = r"""
