@@ -31,7 +31,7 @@ from bench import ROOT, TOLK_PY, cpu_model, default_dir, peak_rss_mb  # noqa: E4
 ENGINES = {"tolk": "Tolk", "ct2": "CTranslate2"}
 
 
-def load(engine, model_dir, compute_type, workers):
+def load(engine, model_dir, compute_type, workers, kv_cache_type="float32"):
     if engine == "ct2":
         import ctranslate2
 
@@ -40,7 +40,8 @@ def load(engine, model_dir, compute_type, workers):
     sys.path.insert(0, TOLK_PY)
     import tolk
 
-    return (tolk.Translator(model_dir, compute_type=compute_type, intra_threads=1, inter_threads=workers),
+    return (tolk.Translator(model_dir, compute_type=compute_type, intra_threads=1, inter_threads=workers,
+                            kv_cache_type=kv_cache_type),
             "%s (%s)" % (tolk.version(), tolk.cpu_isa()))
 
 
@@ -55,7 +56,7 @@ def worker(args):
     with open(args.tokens_file, encoding="utf-8") as f:
         source = json.load(f)
     model_dir = os.path.join(args.models, "zh-en-ct2")
-    translator, version = load(args.engine, model_dir, args.compute_type, args.workers)
+    translator, version = load(args.engine, model_dir, args.compute_type, args.workers, args.kv_cache_type)
     out = {"version": version}
     if args.task == "throughput":
         start = time.perf_counter()
@@ -103,7 +104,8 @@ def worker(args):
 def run(args, engine, task, workers, tokens_file):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--engine", engine, "--task", task,
            "--workers", str(workers), "--tokens-file", tokens_file, "--models", args.models,
-           "--compute-type", args.compute_type, "--beam", str(args.beam), "--calls", str(args.calls)]
+           "--compute-type", args.compute_type, "--beam", str(args.beam), "--calls", str(args.calls),
+           "--kv-cache-type", args.kv_cache_type]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"{ENGINES[engine]} {task} failed:\n{proc.stderr[-3000:]}")
@@ -118,6 +120,8 @@ def main():
     p.add_argument("--workers", default="1,2", help="worker counts for the throughput runs (default 1,2)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--compute-type", default="int8")
+    p.add_argument("--kv-cache-type", default="float32",
+                   help="how Tolk keeps attention keys/values: float32 (default), bfloat16, int8")
     p.add_argument("--calls", type=int, default=200, help="calls of the latency run (default 200)")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -141,6 +145,7 @@ def main():
     source = [sp.encode(line, out_type=str) for line in zh]
     workers = [int(w) for w in args.workers.split(",")]
     report = {"cpu": cpu_model(), "cpus": os.cpu_count(), "compute_type": args.compute_type, "beam": args.beam,
+              "tolk_kv_cache_type": args.kv_cache_type,
               "verses": len(zh), "throughput": [], "latency": {}, "first_token": {}}
     with tempfile.TemporaryDirectory(prefix="tolk-serving-") as tmp:
         tokens_file = os.path.join(tmp, "source.json")
@@ -160,7 +165,8 @@ def main():
             report["first_token"][engine] = run(args, engine, "first_token", 1, tokens_file)
 
     tolk_version = next(r["version"] for r in report["throughput"] if r["engine"] == "tolk")
-    print(f"\n{len(zh)} zh->en verses, {args.compute_type}, beam {args.beam}, max_batch_size 32; "
+    print(f"\n{len(zh)} zh->en verses, {args.compute_type}, beam {args.beam}, max_batch_size 32, "
+          f"Tolk kv_cache_type {args.kv_cache_type}; "
           f"{report['cpu']}, {report['cpus']} CPUs; Tolk {tolk_version}\n")
     print("| engine | workers | tokens/s | vs 1 worker | BLEU | peak RSS MB |")
     print("|---|--:|--:|--:|--:|--:|")
