@@ -133,9 +133,13 @@ impl CpuKvCache {
     /// rows), for caches that store them compactly.
     pub fn widen(&self, r: usize, out: &mut Vec<f32>) {
         let (row, values) = (&self.rows[r], self.values);
-        out.clear();
-        let Some(codec) = self.codec else { return };
-        out.resize(row.len * values, 0.0);
+        let Some(codec) = self.codec else {
+            out.clear();
+            return;
+        };
+        // Every float is written: no zeroing of what the buffer already holds.
+        out.resize(out.len().max(row.len * values), 0.0);
+        out.truncate(row.len * values);
         for (block, wide) in row.blocks.iter().zip(out.chunks_mut(BLOCK * values)) {
             codec.decode_into(block, wide.len() / values.max(1), values, wide);
         }

@@ -37,8 +37,9 @@ impl KvCodec {
     /// Widens `rows` stored rows of `width` values each (`src`: `rows * slots(width)`
     /// floats) into `dst`, which becomes `[rows, width]`.
     pub fn decode_rows(&self, src: &[f32], rows: usize, width: usize, dst: &mut Vec<f32>) {
-        dst.clear();
-        dst.resize(rows * width, 0.0);
+        // Every float is written: no zeroing of what the buffer already holds.
+        dst.resize(dst.len().max(rows * width), 0.0);
+        dst.truncate(rows * width);
         self.decode_into(src, rows, width, dst);
     }
 
