@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::format::files::PackageFiles;
 use crate::format::json::{self, Json};
+use crate::strings::PackedStrings;
 
 /// Cheap to clone: a shared vocabulary serves as source and target without a copy.
 #[derive(Debug, Clone)]
@@ -16,9 +17,7 @@ pub struct Vocabulary(Arc<Tokens>);
 /// allocations per token and a 4 MB table).
 #[derive(Debug)]
 struct Tokens {
-    /// Every token's text, one after another: token `i` is `text[ends[i - 1]..ends[i]]`.
-    text: String,
-    ends: Vec<u32>,
+    texts: PackedStrings,
     /// `id + 1` of the token whose hash starts the probe here (linear probing), 0 where
     /// empty; a power of two long, at most half full.
     index: Vec<u32>,
@@ -33,8 +32,7 @@ fn hash(token: &str) -> usize {
 
 impl Tokens {
     fn token(&self, id: usize) -> &str {
-        let start = if id == 0 { 0 } else { self.ends[id - 1] as usize };
-        &self.text[start..self.ends[id] as usize]
+        self.texts.at(id)
     }
 
     /// The slot of `token` in `index`: where its id is, or the empty slot it would take.
@@ -62,18 +60,12 @@ impl Vocabulary {
         if tokens.len() > u32::MAX as usize / 2 || bytes > u32::MAX as usize {
             return Err(Error::invalid_model("vocabulary is too large"));
         }
-        let mut text = String::with_capacity(bytes);
-        let ends = tokens
-            .iter()
-            .map(|t| {
-                text.push_str(t);
-                text.len() as u32
-            })
-            .collect();
+        let mut texts = PackedStrings::with_capacity(tokens.len(), bytes);
+        tokens.iter().for_each(|t| texts.push(t));
         let index = vec![0; (2 * tokens.len()).next_power_of_two()];
         drop(tokens);
-        let mut vocab = Tokens { text, ends, index, unk_id: 0 };
-        for id in 0..vocab.ends.len() {
+        let mut vocab = Tokens { texts, index, unk_id: 0 };
+        for id in 0..vocab.texts.len() {
             // Like CTranslate2, the first occurrence of a duplicated token wins.
             let at = vocab.slot(vocab.token(id));
             if vocab.index[at] == 0 {
@@ -126,11 +118,11 @@ impl Vocabulary {
     }
 
     pub fn len(&self) -> usize {
-        self.0.ends.len()
+        self.0.texts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.ends.is_empty()
+        self.0.texts.is_empty()
     }
 
     pub fn unk_id(&self) -> u32 {

@@ -25,6 +25,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::strings::PackedStrings;
 use normalizer::{decode_utf8, one_char_len, Normalizer, SPACE_SYMBOL};
 pub use proto::{ModelType, PieceType};
 use trie::PieceTrie;
@@ -34,32 +35,11 @@ const UNK_PENALTY: f32 = 10.0;
 /// What `<unk>` decodes to unless the model says otherwise (" ⁇ ").
 const DEFAULT_UNK_SURFACE: &str = " \u{2047} ";
 
-/// The text of every piece, one after another: 65k pieces in one string instead of a
-/// `String` each (2 MB of small allocations for the zh-en model).
-#[derive(Default)]
-struct PieceTexts {
-    text: String,
-    /// `ends[id]` closes piece `id`'s text (it starts where the previous one ends).
-    ends: Vec<u32>,
-}
-
-impl PieceTexts {
-    fn push(&mut self, piece: &str) {
-        self.text.push_str(piece);
-        self.ends.push(self.text.len() as u32);
-    }
-
-    fn get(&self, id: u32) -> Option<&str> {
-        let id = id as usize;
-        let end = *self.ends.get(id)? as usize;
-        let start = if id == 0 { 0 } else { self.ends[id - 1] as usize };
-        self.text.get(start..end)
-    }
-}
 
 /// A loaded SentencePiece model (unigram or BPE).
 pub struct SentencePiece {
-    pieces: PieceTexts,
+    /// Every piece's text, by id.
+    pieces: PackedStrings,
     /// (score, type) per id, compact for the Viterbi loop.
     meta: Vec<(f32, PieceType)>,
     /// The byte of each `<0xXX>` piece (0 for the others).
@@ -171,9 +151,11 @@ impl SentencePiece {
         let mut reserved: HashMap<String, u32> = HashMap::new();
         let mut unk_id = None;
         let mut byte_ids = vec![u32::MAX; 256];
-        let mut pieces = PieceTexts::default();
-        pieces.ends.reserve_exact(m.pieces.len());
-        pieces.text.reserve_exact(m.pieces.iter().map(|p| p.piece.len()).sum());
+        let bytes: usize = m.pieces.iter().map(|p| p.piece.len()).sum();
+        if bytes > u32::MAX as usize {
+            return Err(bad("the pieces are too long".into()));
+        }
+        let mut pieces = PackedStrings::with_capacity(m.pieces.len(), bytes);
         let mut meta = Vec::with_capacity(m.pieces.len());
         let mut byte_of = Vec::with_capacity(m.pieces.len());
         let mut user_defined = Vec::new();
@@ -302,7 +284,7 @@ impl SentencePiece {
 
     /// The piece of `id`, if in range.
     pub fn id_to_piece(&self, id: u32) -> Option<&str> {
-        self.pieces.get(id)
+        self.pieces.get(id as usize)
     }
 
     pub fn score(&self, id: u32) -> Option<f32> {
@@ -403,7 +385,7 @@ impl SentencePiece {
         if t.id == self.unk_id {
             normalized.get(t.start..t.end).unwrap_or("")
         } else {
-            self.pieces.get(t.id).unwrap_or("")
+            self.pieces.get(t.id as usize).unwrap_or("")
         }
     }
 
@@ -738,7 +720,7 @@ impl SentencePiece {
             match kind {
                 PieceType::Control => {}
                 PieceType::Unknown => {
-                    if self.pieces.get(id) == Some(piece) {
+                    if self.pieces.get(id as usize) == Some(piece) {
                         text.push_str(&self.unk_surface);
                     } else {
                         text.push_str(piece);
