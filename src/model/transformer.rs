@@ -320,23 +320,42 @@ impl<B: Backend> Decoder<B> {
             }
             None => None,
         };
-        let total = memory.layout.total_rows();
         let mut projected = B::Buffer::default();
         let memory_kv = self
             .layers
             .iter()
             .map(|layer| {
                 let mut stored = B::Buffer::default();
-                if kv == KvCacheType::Float32 {
-                    layer.cross_attention.kv.forward(b, ctx, &memory.data, total, &mut stored);
-                } else {
-                    layer.cross_attention.kv.forward(b, ctx, &memory.data, total, &mut projected);
-                    b.append_stored_rows(&mut stored, &projected, 2 * self.embeddings.dim(), kv, self.head_dim());
-                }
+                self.append_memory_kv(ctx, layer, &memory, kv, &mut projected, &mut stored, true);
                 stored
             })
             .collect();
         Ok(self.state_of(memory.layout, memory_kv, output, kv))
+    }
+
+    /// Appends `layer`'s cross-attention keys/values of `memory` to `dst`, stored as `kv`;
+    /// `projected` holds them in float32 on the way, unless `dst` is `empty` and they are
+    /// kept in float32 (then they are written there directly).
+    #[allow(clippy::too_many_arguments)]
+    fn append_memory_kv(
+        &self,
+        ctx: &Ctx,
+        layer: &DecoderLayer<B>,
+        memory: &EncoderOutput<B>,
+        kv: KvCacheType,
+        projected: &mut B::Buffer,
+        dst: &mut B::Buffer,
+        empty: bool,
+    ) {
+        let (b, total) = (&self.backend, memory.layout.total_rows());
+        if kv == KvCacheType::Float32 && empty {
+            return layer.cross_attention.kv.forward(b, ctx, &memory.data, total, dst);
+        }
+        layer.cross_attention.kv.forward(b, ctx, &memory.data, total, projected);
+        match kv {
+            KvCacheType::Float32 => b.append_rows(dst, projected),
+            stored => b.append_stored_rows(dst, projected, 2 * self.embeddings.dim(), stored, self.head_dim()),
+        }
     }
 
     /// Whether this decoder's backend keeps keys/values as `kv`.
@@ -358,18 +377,12 @@ impl<B: Backend> Decoder<B> {
     /// computed one layer at a time into one buffer and appended to the layer's, so that a
     /// join holds one layer's copy at a time rather than every layer's twice.
     pub fn append_examples(&self, ctx: &Ctx, state: &mut DecoderState<B>, memory: EncoderOutput<B>) {
-        let b = &self.backend;
-        let total = memory.layout.total_rows();
-        let mut kv = B::Buffer::default();
+        let mut projected = B::Buffer::default();
         for (layer, dst) in self.layers.iter().zip(&mut state.memory_kv) {
-            layer.cross_attention.kv.forward(b, ctx, &memory.data, total, &mut kv);
-            match state.kv {
-                KvCacheType::Float32 => b.append_rows(dst, &kv),
-                stored => b.append_stored_rows(dst, &kv, 2 * self.embeddings.dim(), stored, self.head_dim()),
-            }
+            self.append_memory_kv(ctx, layer, &memory, state.kv, &mut projected, dst, false);
         }
         let joining = self.state_of(memory.layout, Vec::new(), None, state.kv);
-        state.append(b, joining);
+        state.append(&self.backend, joining);
     }
 
     /// A state for the examples of `memory`, no row decoded yet.
