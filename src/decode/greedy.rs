@@ -63,6 +63,7 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
     let output = output.as_deref();
     // The columns a row may not take before its minimum length: the disabled ones and ends.
     let early: Vec<u32> = disabled.iter().chain(&end_columns).copied().collect();
+    let masked = |step: usize, params: &SearchParams| if step < params.min_length { &early[..] } else { &disabled[..] };
     let mut live = Live::default();
     live.join(starts, params, search);
     let (mut logits, mut best) = (Vec::new(), Vec::new());
@@ -83,10 +84,7 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
             decoder.step(ctx, inputs, &mut logits);
             false
         } else {
-            let masks: Vec<&[u32]> = alive
-                .iter()
-                .map(|&ex| if examples[ex].step < groups.params(examples[ex].group).min_length { &early[..] } else { &disabled[..] })
-                .collect();
+            let masks: Vec<&[u32]> = alive.iter().map(|&ex| masked(examples[ex].step, groups.params(examples[ex].group))).collect();
             decoder.step_best(ctx, inputs, &masks, &mut logits, &mut best)
         };
         let mut keep = Vec::with_capacity(alive.len());
@@ -98,10 +96,7 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
                 best[r]
             } else {
                 let row = &mut logits[r * vocab..(r + 1) * vocab];
-                disable(row, &disabled);
-                if step < params.min_length {
-                    disable(row, &end_columns);
-                }
+                disable(row, masked(step, params));
                 ops::argmax(row)
             };
             let mut word = target_id(column, output);

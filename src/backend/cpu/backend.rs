@@ -281,7 +281,8 @@ impl Backend for CpuBackend {
                 attend(&memory_kv[off * 2 * d..(off + len) * 2 * d]);
             } else {
                 // Widened once per example, for all its rows (beams).
-                let (codec, slots) = (KvCodec::new(kv, head_dim), kv.row_slots(2 * d, head_dim));
+                let codec = KvCodec::new(kv, head_dim);
+                let slots = codec.slots(2 * d);
                 with_widened(|wide| {
                     codec.decode_rows(&memory_kv[off * slots..(off + len) * slots], len, 2 * d, wide);
                     attend(wide)
