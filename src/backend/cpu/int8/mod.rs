@@ -9,18 +9,14 @@
 //! Weights are packed once at load into panels of `NR = 32` output columns, k grouped by
 //! four: `[k/4][32][4]` bytes, the operand layout of `vpdpbusd` (u8 x s8 -> s32, four
 //! products per 32-bit lane). A byte holds `w + 128` (`w ^ 0x80`), the unsigned form the
-//! AVX2 kernel's main path multiplies; the other kernels flip it back with one `vpxor` per
+//! planned kernels multiply; the other kernels flip it back with one `vpxor` per
 //! weight register, shared by all the rows of a tile. The VNNI kernels need an unsigned
 //! left operand, so they read `x + 128` and subtract the per-column compensation
 //! `128 * Σk w` precomputed at packing.
 //! Without VNNI, `vpmaddubsw` would saturate its 16-bit pair sums on `x + 128`, so the
-//! AVX-512BW kernel keeps `x` signed and moves the sign of `w` onto it (products <= 127 *
-//! 127, pair sums < 2^15): `|w|` times `x` negated where `w` is negative, its mask and `|w|`
-//! made once per k step for all eight rows, `-x` precomputed with the activations, and
-//! groups of rows with no negative value (after a ReLU) skip the sign work. The AVX2 kernel
-//! (`avx2`) plans each product: k steps whose `|x|` are small enough multiply `w + 128` by
-//! signed `x`, summing up to four `vpmaddubsw` in int16, and the rest take the sign trick
-//! (`|x|` times `vpsignb(w, x)`).
+//! AVX2 and AVX-512BW kernels plan each product (`plan`): k steps whose `|x|` are small
+//! enough multiply `w + 128` by signed `x`, summing up to four `vpmaddubsw` in int16, and
+//! the rest take the sign trick (`|x|` times `w` with the sign of `x`).
 //! Every path is exact and all of them give bit-identical results.
 use super::isa::{self, Isa};
 use super::{ops, OutPtr};
@@ -28,6 +24,10 @@ use std::sync::Mutex;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512bw;
+#[cfg(target_arch = "x86_64")]
+mod plan;
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
@@ -234,26 +234,11 @@ impl PackedI8Matrix {
     }
 }
 
-/// The second form of each activation byte a kernel reads besides `x` (see the module doc).
-#[derive(Clone, Copy, PartialEq)]
-enum Companion {
-    None,
-    /// `-x`, blended with `x` by the AVX-512BW kernel.
-    Negation,
-    /// No second form, but a plan of which kernel takes each k step (`avx2::Plans`).
-    Avx2Plan,
-}
-
-impl Companion {
-    /// What the kernel of `isa` reads (intgemm's emulation reads `x + 127` alone).
-    fn of(isa: Isa, intgemm: bool) -> Companion {
-        match isa {
-            _ if intgemm => Companion::None,
-            Isa::Avx2 => Companion::Avx2Plan,
-            Isa::Avx512Bw => Companion::Negation,
-            _ => Companion::None,
-        }
-    }
+/// Whether the product on `isa` is planned (`plan`): the kernels without VNNI, except
+/// intgemm's emulation, which reads `x + 127` alone.
+#[cfg(target_arch = "x86_64")]
+fn is_planned(isa: Isa, intgemm: bool) -> bool {
+    !intgemm && matches!(isa, Isa::Avx2 | Isa::Avx512Bw)
 }
 
 /// Activations quantized per row, interleaved by groups of `MR` rows (`[k/4][MR][4]` bytes
@@ -262,25 +247,17 @@ impl Companion {
 #[derive(Default)]
 struct QuantizedRows {
     data: Vec<u8>,
-    /// `data` in its [`Companion`] form, same layout (filled only for the kernels that read it).
-    companion: Vec<u8>,
-    /// Per group: whether its rows hold no negative value (filled with `companion`).
-    nonnegative: Vec<bool>,
     /// `1 / scale_x` per row.
     inv_scales: Vec<f32>,
     kp: usize,
     /// Which kernel the AVX2 product runs on each k step (filled in `fill_companion`).
     #[cfg(target_arch = "x86_64")]
-    plans: avx2::Plans,
+    plans: plan::Plans,
 }
 
 impl QuantizedRows {
     fn group(&self, g: usize) -> &[u8] {
         &self.data[g * self.kp * MR..(g + 1) * self.kp * MR]
-    }
-
-    fn companion_group(&self, g: usize) -> &[u8] {
-        &self.companion[g * self.kp * MR..(g + 1) * self.kp * MR]
     }
 
     fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool, fixed_scale: Option<f32>, intgemm: bool) {
@@ -306,49 +283,11 @@ impl QuantizedRows {
         }
     }
 
-    /// Derives `companion` from the `m` rows of `data` and marks the groups without negative
-    /// values, or plans the AVX2 product.
-    fn fill_companion(&mut self, m: usize, companion: Companion) {
-        match companion {
-            Companion::None => return,
-            #[cfg(target_arch = "x86_64")]
-            Companion::Avx2Plan => return self.plans.fill(&self.data, m, self.kp),
-            _ => {}
-        }
-        let (groups, size) = (m.div_ceil(MR), self.kp * MR);
-        if self.companion.len() < groups * size {
-            self.companion.resize(groups * size, 0);
-        }
-        self.nonnegative.clear();
-        for g in 0..groups {
-            let (group, out) = (&self.data[g * size..(g + 1) * size], &mut self.companion[g * size..(g + 1) * size]);
-            let live = MR.min(m - g * MR);
-            self.nonnegative.push(derive_negation(group, out, live));
-        }
+    /// Plans the product of the `m` rows of `data` (`plan`): which kernel takes each k step.
+    #[cfg(target_arch = "x86_64")]
+    fn plan(&mut self, m: usize) {
+        self.plans.fill(&self.data, m, self.kp)
     }
-}
-
-/// `-x` of one interleaved row group into `out`; returns whether its first `live` rows
-/// hold no negative value (the stale ones past `m` are multiplied but never stored, so
-/// they do not count).
-fn derive_negation(group: &[u8], out: &mut [u8], live: usize) -> bool {
-    #[inline(always)]
-    fn generic(group: &[u8], out: &mut [u8], live: usize) -> bool {
-        for (c, &v) in out.iter_mut().zip(group) {
-            *c = (v as i8).wrapping_neg() as u8;
-        }
-        // The live bytes ORed a whole k step at a time (the stale ones masked off) and
-        // without an early exit, so that the loop is vectorized.
-        let live: [u8; 4 * MR] = std::array::from_fn(|i| if i < 4 * live { 0xff } else { 0 });
-        let mut signs = [0u8; 4 * MR];
-        for step in group.chunks_exact(4 * MR) {
-            for ((s, &v), &l) in signs.iter_mut().zip(step).zip(&live) {
-                *s |= v & l;
-            }
-        }
-        signs.iter().all(|&s| s < 0x80)
-    }
-    super::isa::dispatch_isa!(generic(group: &[u8], out: &mut [u8], live: usize) -> bool)
 }
 
 thread_local! {
@@ -561,7 +500,10 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
     ACTIVATIONS.with(|a| {
         let mut a = a.borrow_mut();
         a.fill(x, m, k, shifted, w.activation_scale, intgemm);
-        a.fill_companion(m, Companion::of(isa, intgemm));
+        #[cfg(target_arch = "x86_64")]
+        if is_planned(isa, intgemm) {
+            a.plan(m);
+        }
         run_panels(&a, w, bias, relu, &out, m, threads, isa, shifted)
     })
 }
@@ -640,7 +582,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     };
                     // SAFETY: `isa` never exceeds what the CPU supports (see isa::current);
                     // the kernels read `kp/4` groups of the panel, of the row group and of
-                    // its companion (filled for these ISAs, see Companion::of).
+                    // its plan (filled for these ISAs, see is_planned).
                     unsafe {
                         match isa {
                             #[cfg(target_arch = "x86_64")]
@@ -651,7 +593,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                             #[cfg(target_arch = "x86_64")]
                             Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Bw => x86::tile_avx512_bw(ag, a.companion_group(g), a.nonnegative[g], panel, a.kp, &t),
+                            Isa::Avx512Bw => avx512bw::tile(ag, &a.plans.group(g), panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
                             Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
@@ -791,7 +733,7 @@ mod x86 {
     /// 64 stored weight bytes at `w` as the signed weights.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn signed512(w: *const u8) -> __m512i {
+    pub(super) unsafe fn signed512(w: *const u8) -> __m512i {
         _mm512_xor_si512(_mm512_loadu_si512(w as *const _), _mm512_set1_epi8(super::WEIGHT_FLIP as i8))
     }
 
@@ -806,7 +748,7 @@ mod x86 {
     /// Plain `inline(always)` (no intrinsics, no target features), so it is inlined into
     /// every kernel as `TileOut::store` is.
     #[inline(always)]
-    fn store512(t: &TileOut, r: usize, s: [__m512i; 2]) {
+    pub(super) fn store512(t: &TileOut, r: usize, s: [__m512i; 2]) {
         // SAFETY: two zmm hold 32 i32 lanes; every bit pattern is an i32.
         t.store(r, &unsafe { std::mem::transmute::<[__m512i; 2], [i32; NR]>(s) });
     }
@@ -848,55 +790,6 @@ mod x86 {
                 let xv = _mm512_set1_epi32(x4(a, g, r));
                 s0[r] = _mm512_dpbusd_epi32(s0[r], xv, w0);
                 s1[r] = _mm512_dpbusd_epi32(s1[r], xv, w1);
-            }
-        }
-        for r in 0..R {
-            store512(t, r, [s0[r], s1[r]]);
-        }
-    }
-
-    /// AVX-512BW without VNNI: `vpmaddubsw(|w|, x · sign(w))` then `vpmaddwd` by ones, `x`
-    /// blended with its negation `xn` (precomputed) under the sign mask of `w`. The mask and
-    /// `|w|` are made once per k step for all the rows: taking the sign of `x` instead costs
-    /// a mask and a `vpabsb` per row, which on Zen 5 compete with the multiplies for their
-    /// pipes, where the blend does not. A group without negative `x` (`nonnegative`, e.g.
-    /// after a ReLU) multiplies `x` by `w` directly.
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub unsafe fn tile_avx512_bw(a: &[u8], xn: &[u8], nonnegative: bool, panel: &[u8], kp: usize, t: &TileOut) {
-        if nonnegative {
-            by_rows!(bw512, false; t.rows, a, xn, panel, kp, t)
-        } else {
-            by_rows!(bw512, true; t.rows, a, xn, panel, kp, t)
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn bw512<const R: usize, const SIGNED: bool>(a: &[u8], xn: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        let (a, xn, w) = (a.as_ptr(), xn.as_ptr(), panel.as_ptr());
-        let ones = _mm512_set1_epi16(1);
-        let mut s0 = [_mm512_setzero_si512(); R];
-        let mut s1 = [_mm512_setzero_si512(); R];
-        let mut pf = Prefetcher::new(t.prefetch, kp / 4);
-        for g in 0..kp / 4 {
-            pf.step();
-            _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
-            let w0 = signed512(w.add(g * NR * 4));
-            let w1 = signed512(w.add(g * NR * 4 + 64));
-            // Unused (and optimized away) without SIGNED.
-            let (n0, n1) = (_mm512_movepi8_mask(w0), _mm512_movepi8_mask(w1));
-            let (u0, u1) = (_mm512_abs_epi8(w0), _mm512_abs_epi8(w1));
-            for r in 0..R {
-                let xv = _mm512_set1_epi32(x4(a, g, r));
-                let (p0, p1) = if SIGNED {
-                    let xnv = _mm512_set1_epi32(x4(xn, g, r));
-                    (_mm512_maddubs_epi16(u0, _mm512_mask_blend_epi8(n0, xv, xnv)), _mm512_maddubs_epi16(u1, _mm512_mask_blend_epi8(n1, xv, xnv)))
-                } else {
-                    (_mm512_maddubs_epi16(xv, w0), _mm512_maddubs_epi16(xv, w1))
-                };
-                s0[r] = _mm512_add_epi32(s0[r], _mm512_madd_epi16(p0, ones));
-                s1[r] = _mm512_add_epi32(s1[r], _mm512_madd_epi16(p1, ones));
             }
         }
         for r in 0..R {
@@ -1043,9 +936,9 @@ mod tests {
         }
     }
 
-    /// A row group without negative values (a ReLU's output) skips the sign work of the
-    /// AVX2 and AVX-512BW kernels, whatever stale rows a previous product left past `m`: exact
-    /// all the same, next to a group with negative values.
+    /// A row group without negative values (a ReLU's output) next to one with negative
+    /// values, whatever stale rows a previous product left past `m` (the plans count only
+    /// the live rows): exact on every ISA.
     #[test]
     fn nonnegative_row_groups_are_bit_identical_to_the_reference() {
         let mut seed = 5;
@@ -1068,12 +961,13 @@ mod tests {
     }
 
     /// Activations shaped like a Transformer's (mostly small, a few large channels, some
-    /// rows all large): the AVX2 plan sends k steps to each of its four kernels (shifted
+    /// rows all large): the plan sends k steps to each of its four kernels (shifted
     /// hexadecets, octets and quads, the sign trick), rows paired and odd, k with a tail
-    /// step, and the product stays bit-identical to the reference.
+    /// step, and the AVX2 and AVX-512BW products stay bit-identical to the reference.
     #[test]
-    fn avx2_plan_uses_every_kernel_and_stays_exact() {
-        if !Isa::Avx2.is_supported() {
+    fn planned_kernels_use_every_kind_and_stay_exact() {
+        let planned: Vec<Isa> = [Isa::Avx2, Isa::Avx512Bw].into_iter().filter(|i| i.is_supported()).collect();
+        if planned.is_empty() {
             eprintln!("skipped: no AVX2");
             return;
         }
@@ -1096,10 +990,10 @@ mod tests {
             let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
             let packed = PackedI8Matrix::quantize(&w, n, k);
             let expected = reference(&x, &w, &bias, m, n, k);
-            for threads in [1, 2] {
+            for (&isa, threads) in planned.iter().flat_map(|i| [(i, 1), (i, 2)]) {
                 let mut y = vec![f32::NAN; m * n];
-                isa::with_isa(Isa::Avx2, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads));
-                assert_eq!(y, expected, "{m}x{n}x{k} threads={threads}");
+                isa::with_isa(isa, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads));
+                assert_eq!(y, expected, "{isa:?} {m}x{n}x{k} threads={threads}");
             }
             let shares = ACTIVATIONS.with(|a| a.borrow().plans.kernel_shares());
             assert_eq!(shares.iter().sum::<usize>(), m.div_ceil(2) * k.div_ceil(4) * 4, "{m}x{n}x{k}");

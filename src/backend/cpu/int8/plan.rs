@@ -1,0 +1,280 @@
+//! The planned int8 product without VNNI (the AVX2 and AVX-512BW kernels), exact.
+//!
+//! `vpmaddubsw` multiplies u8 by s8 and saturates each pair sum to int16. The sign trick
+//! (`|x|` times `vpsignb(w, x)`) is exact for any operands but costs a sign instruction per
+//! multiply and a `vpmaddwd` per 32 products, three instructions on the multiply pipes.
+//! Read as u8 `w + 128` instead (as the panels store them) against signed `x`, a run of
+//! products summed in int16 is `Σ w x + 128 Σ x`, at most `127 Σ|x| + 128 |Σ x|` in
+//! magnitude: exact whenever `Σ|x| + |Σ x| <= 256`, for each pair `vpmaddubsw` sums and for
+//! each int16 lane's whole run (`vpaddw` wraps, so only the final sum has to fit).
+//! Activations are quantized per row to a maximum of 127 and most of them are small, with
+//! mixed signs.
+//!
+//! So each product first plans, per unit of rows (a pair, or a group's odd last row), which
+//! kernel takes each k step: `hexadecets` (16 k: four `vpmaddubsw` summed in int16, one
+//! `vpmaddwd`; pairs of rows only),
+//! `octets` (8 k: two and one), `quads` (4 k: one of each) or `exact` (4 k through the sign
+//! trick). On the zh-en model about 70% of the products take hexadecets and 1% the sign
+//! trick. Integer sums are exact in any order, so the result is the reference's bit for
+//! bit; the shift adds `128 Σ x` over the shifted steps, which the unit subtracts before
+//! the epilogue. (Octets cost 1.5 multiply instructions per 32 products, against 3 for the
+//! sign trick; hexadecets 1.25. A single row stays on octets: hexadecets there read the
+//! panel in two passes and lost 30% at m = 1, where the weights' bandwidth bounds it.)
+
+use super::MR;
+use std::arch::x86_64::*;
+
+/// The largest `Σ|x| + |Σ x|` of a run of products one int16 lane may sum (see the module
+/// doc): `127 a + 128 s <= 32767` holds for `a + s <= 256`, as `s <= a`.
+const LANE_BUDGET: i16 = 256;
+/// Units of rows per interleaved group of `MR` rows.
+const UNITS: usize = MR / 2;
+
+/// The kernels of a plan, by the k steps one takes: mask `Kind as usize` of a unit.
+#[derive(Clone, Copy)]
+pub(super) enum Kind {
+    Hexadecets,
+    Octets,
+    Quads,
+    Exact,
+}
+
+/// Where each kind's mask starts in a unit's words, and the unit's size.
+#[derive(Clone, Copy, Default)]
+struct MaskLayout {
+    start: [usize; 4],
+    words: usize,
+}
+
+impl MaskLayout {
+    fn new(kp: usize) -> MaskLayout {
+        let sizes = [(kp / 16).div_ceil(64), (kp / 8).div_ceil(64), (kp / 4).div_ceil(64), (kp / 4).div_ceil(64)];
+        let mut start = [0; 4];
+        for i in 1..4 {
+            start[i] = start[i - 1] + sizes[i - 1];
+        }
+        MaskLayout { start, words: start[3] + sizes[3] }
+    }
+
+    /// The words of `kind`'s mask in a unit's words.
+    fn range(&self, kind: Kind) -> std::ops::Range<usize> {
+        let i = kind as usize;
+        self.start[i]..if i == 3 { self.words } else { self.start[i + 1] }
+    }
+}
+
+/// The plans of one product's rows: per unit, bit masks over the k steps of each kind, and
+/// per row the compensation `128 Σ x` of its shifted steps.
+#[derive(Default)]
+pub(super) struct Plans {
+    masks: Vec<u64>,
+    compensation: Vec<i32>,
+    layout: MaskLayout,
+}
+
+/// The plan of one group of `MR` rows, as the kernel reads it.
+pub(super) struct GroupPlan<'a> {
+    masks: &'a [u64],
+    /// `128 Σ x` of each row's shifted steps, subtracted before the epilogue.
+    pub(super) compensation: &'a [i32],
+    layout: MaskLayout,
+}
+
+impl GroupPlan<'_> {
+    fn unit(&self, u: usize) -> &[u64] {
+        &self.masks[u * self.layout.words..(u + 1) * self.layout.words]
+    }
+
+    pub(super) fn steps(&self, u: usize, kind: Kind) -> &[u64] {
+        &self.unit(u)[self.layout.range(kind)]
+    }
+}
+
+impl Plans {
+    /// Plans the `m` rows of `x` (interleaved groups of `MR` rows, `[kp/4][MR][4]` bytes
+    /// each).
+    pub(super) fn fill(&mut self, x: &[u8], m: usize, kp: usize) {
+        let groups = m.div_ceil(MR);
+        self.layout = MaskLayout::new(kp);
+        let words = self.layout.words;
+        self.masks.clear();
+        self.masks.resize(groups * UNITS * words, 0);
+        if self.compensation.len() < groups * MR {
+            self.compensation.resize(groups * MR, 0);
+        }
+        let size = kp * MR;
+        for g in 0..groups {
+            let live = MR.min(m - g * MR);
+            let planner = GroupPlanner::new(&x[g * size..(g + 1) * size], live, self.layout);
+            let masks = &mut self.masks[g * UNITS * words..(g + 1) * UNITS * words];
+            // SAFETY: `Plans` is filled only for the AVX2 kernel, i.e. on a CPU with AVX2
+            // (see Companion::of); the group holds `kp / 4` steps of `MR` rows.
+            unsafe { planner.plan(kp, masks, &mut self.compensation[g * MR..(g + 1) * MR]) };
+        }
+    }
+
+    pub(super) fn group(&self, g: usize) -> GroupPlan<'_> {
+        let words = self.layout.words;
+        GroupPlan {
+            masks: &self.masks[g * UNITS * words..(g + 1) * UNITS * words],
+            compensation: &self.compensation[g * MR..(g + 1) * MR],
+            layout: self.layout,
+        }
+    }
+
+    /// Multiply-adds of one row taken by each kind, summed over the units (for tests).
+    #[cfg(test)]
+    pub(super) fn kernel_shares(&self) -> [usize; 4] {
+        let mut shares = [0; 4];
+        for unit in self.masks.chunks_exact(self.layout.words.max(1)) {
+            for (i, kind) in [Kind::Hexadecets, Kind::Octets, Kind::Quads, Kind::Exact].into_iter().enumerate() {
+                shares[i] += [16, 8, 4, 4][i] * unit[self.layout.range(kind)].iter().map(|v| v.count_ones() as usize).sum::<usize>();
+            }
+        }
+        shares
+    }
+}
+
+/// Sets bit `i` of a mask.
+#[inline(always)]
+fn set(mask: &mut [u64], i: usize) {
+    mask[i / 64] |= 1 << (i % 64);
+}
+
+/// Step `g` (4 k of the `MR` rows, 32 bytes) of an interleaved group.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load_step(v: &[u8], g: usize) -> __m256i {
+    debug_assert!((g + 1) * 4 * MR <= v.len());
+    _mm256_loadu_si256(v.as_ptr().add(g * 4 * MR) as *const _)
+}
+
+/// A run's sums per int16 lane (two lanes per row: k = 0, 1 and k = 2, 3 of each step):
+/// `Σ|x|` and `Σ x`.
+#[derive(Clone, Copy)]
+struct LaneSums {
+    magnitude: __m256i,
+    signed: __m256i,
+}
+
+impl LaneSums {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn add(self, other: LaneSums) -> LaneSums {
+        LaneSums { magnitude: _mm256_add_epi16(self.magnitude, other.magnitude), signed: _mm256_add_epi16(self.signed, other.signed) }
+    }
+
+    /// One movemask bit per byte of the lanes over the budget: bytes `4r..4r + 4` are row
+    /// `r`'s two lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn over_budget(self) -> u32 {
+        let need = _mm256_add_epi16(self.magnitude, _mm256_abs_epi16(self.signed));
+        _mm256_movemask_epi8(_mm256_cmpgt_epi16(need, _mm256_set1_epi16(LANE_BUDGET))) as u32
+    }
+}
+
+/// Plans the units of one row group: see the module doc. `live` rows of the `MR` hold data.
+struct GroupPlanner<'a> {
+    x: &'a [u8],
+    live: usize,
+    layout: MaskLayout,
+    /// The movemask bits of each unit's live rows (zero for a unit without rows).
+    unit_bits: [u32; UNITS],
+}
+
+impl GroupPlanner<'_> {
+    fn new(x: &[u8], live: usize, layout: MaskLayout) -> GroupPlanner<'_> {
+        let unit_bits = std::array::from_fn(|u| {
+            let first = if 2 * u < live { 0xf << (8 * u) } else { 0 };
+            let second = if 2 * u + 1 < live { 0xf0 << (8 * u) } else { 0 };
+            first | second
+        });
+        GroupPlanner { x, live, layout, unit_bits }
+    }
+
+    /// Marks step `i` of `kind` for the units among `units` whose lanes are within budget
+    /// (`over`); returns the bits of the others.
+    #[inline(always)]
+    fn mark(&self, masks: &mut [u64], kind: Kind, i: usize, over: u32, units: u32) -> u32 {
+        let mut rest = 0;
+        for (u, bits) in self.unit_bits.into_iter().enumerate() {
+            if bits & units == 0 {
+                continue;
+            }
+            if over & bits == 0 {
+                let unit = &mut masks[u * self.layout.words..(u + 1) * self.layout.words];
+                set(&mut unit[self.layout.range(kind)], i);
+            } else {
+                rest |= bits;
+            }
+        }
+        rest
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn plan(&self, kp: usize, masks: &mut [u64], compensation: &mut [i32]) {
+        let steps = kp / 4;
+        let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+        let all = self.unit_bits.iter().fold(0, |a, b| a | b);
+        let mut total = _mm256_setzero_si256();
+        let mut exact_sum = [0i32; MR];
+        // Hexadecets only for pairs of rows (a single row is memory bound, see `unit`).
+        let pairs: u32 = self.unit_bits.iter().filter(|&&b| b.count_ones() == 8).fold(0, |a, b| a | b);
+        let mut sums = [LaneSums { magnitude: _mm256_setzero_si256(), signed: _mm256_setzero_si256() }; 4];
+        let mut g = 0;
+        while g < steps {
+            let run = 4.min(steps - g);
+            for (i, sum) in sums.iter_mut().enumerate().take(run) {
+                let x = load_step(self.x, g + i);
+                let signed = _mm256_maddubs_epi16(ones8, x);
+                *sum = LaneSums { magnitude: _mm256_maddubs_epi16(_mm256_abs_epi8(x), ones8), signed };
+                total = _mm256_add_epi32(total, _mm256_madd_epi16(signed, ones16));
+            }
+            // Units over budget for a whole hexadecet try its octets, then their quads.
+            let mut split = all;
+            if run == 4 && pairs != 0 {
+                let four = sums.iter().fold(0, |o, s| o | s.over_budget());
+                let over = four | sums[0].add(sums[1]).add(sums[2]).add(sums[3]).over_budget();
+                split = self.mark(masks, Kind::Hexadecets, g / 4, over, pairs) | (all & !pairs);
+            }
+            for half in (0..run).step_by(2) {
+                let mut rest = split;
+                if half + 1 < run && split != 0 {
+                    let (a, b) = (sums[half], sums[half + 1]);
+                    let over = a.over_budget() | b.over_budget() | a.add(b).over_budget();
+                    rest = self.mark(masks, Kind::Octets, (g + half) / 2, over, split);
+                }
+                for i in (half..(half + 2).min(run)).filter(|_| rest != 0) {
+                    let exact = self.mark(masks, Kind::Quads, g + i, sums[i].over_budget(), rest);
+                    self.mark(masks, Kind::Exact, g + i, 0, exact);
+                    for r in (0..self.live).filter(|&r| exact & (0xf << (4 * r)) != 0) {
+                        let bytes = &self.x[((g + i) * MR + r) * 4..((g + i) * MR + r) * 4 + 4];
+                        exact_sum[r] += bytes.iter().map(|&v| v as i8 as i32).sum::<i32>();
+                    }
+                }
+            }
+            g += run;
+        }
+        let mut totals = [0i32; MR];
+        _mm256_storeu_si256(totals.as_mut_ptr() as *mut _, total);
+        for r in 0..MR {
+            compensation[r] = 128 * (totals[r] - exact_sum[r]);
+        }
+    }
+}
+
+/// Calls `$body` with `$i` bound to each set bit of the mask words `$words`, ascending.
+macro_rules! for_each_bit {
+    ($words:expr, |$i:ident| $body:block) => {
+        for (wi, &word) in $words.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let $i = wi * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                $body
+            }
+        }
+    };
+}
+pub(super) use for_each_bit;
