@@ -161,6 +161,17 @@ def run_worker(args, engine, compute_type, beam, tokens_file, tmpdir, kv="float3
     return r, None
 
 
+# Tolk's ISA level -> (CT2_FORCE_CPU_ISA, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS) that hold
+# CTranslate2 to the same instructions: its own kernels know AVX2 and AVX512, and its int8
+# products come from oneDNN (AMD, pip wheels) or MKL (Intel), which tell VNNI apart.
+ISA_LEVELS = {
+    "avx2": ("AVX2", "AVX2", "AVX2"),
+    "avxvnni": ("AVX2", "AVX2_VNNI", "AVX2_E1"),
+    "avx512bw": ("AVX512", "AVX512_CORE", "AVX512"),
+    "avx512vnni": ("AVX512", "AVX512_CORE_VNNI", "AVX512_E1"),
+}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=default_dir("TOLK_MODELS", "models"),
@@ -174,10 +185,12 @@ def main():
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1, help="intra_threads for both engines (default 1)")
     p.add_argument("--repeat", type=int, default=1, help="time translate_batch K times, keep the best")
-    p.add_argument("--isa", metavar="LEVEL",
-                   help="hold both engines to one ISA level, e.g. avx2: TOLK_CPU_ISA=LEVEL, "
-                        "CT2_FORCE_CPU_ISA=LEVEL and ONEDNN_MAX_CPU_ISA=LEVEL (CT2_FORCE_CPU_ISA alone "
-                        "leaves CTranslate2's oneDNN products on the machine's best ISA)")
+    p.add_argument("--isa", metavar="LEVEL", choices=sorted(ISA_LEVELS),
+                   help="hold both engines to one ISA level (avx2, avxvnni, avx512bw, avx512vnni): "
+                        "TOLK_CPU_ISA, CT2_FORCE_CPU_ISA, ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS "
+                        "(CT2_FORCE_CPU_ISA alone "
+                        "leaves CTranslate2's oneDNN products on the machine's best ISA); avx512bw is "
+                        "AVX-512 without VNNI (Skylake-SP/X)")
     p.add_argument("--json", metavar="FILE", help="also write the table (and metadata) as JSON")
     p.add_argument("--outputs", metavar="DIR", help="also write each run's detokenized output here")
     p.add_argument("--vmap", metavar="FILE", help="translate with use_vmap=True and this vmap.txt")
@@ -196,8 +209,9 @@ def main():
         return worker(args)
     if args.isa:
         # Inherited by every worker process.
-        os.environ.update(TOLK_CPU_ISA=args.isa.lower(), CT2_FORCE_CPU_ISA=args.isa.upper(),
-                          ONEDNN_MAX_CPU_ISA=args.isa.upper())
+        ct2_isa, onednn_isa, mkl_isa = ISA_LEVELS[args.isa]
+        os.environ.update(TOLK_CPU_ISA=args.isa, CT2_FORCE_CPU_ISA=ct2_isa, ONEDNN_MAX_CPU_ISA=onednn_isa,
+                          MKL_ENABLE_INSTRUCTIONS=mkl_isa)
 
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     for e in engines:
