@@ -22,6 +22,7 @@ for p in (HERE, BINDING_DIR):
         sys.path.insert(0, p)
 
 import make_random_models  # noqa: E402
+from ct2_oracle import ct2_uses_mkl  # noqa: E402,F401  (the tests import it from here)
 
 # Lines printed in the terminal summary (identical ratios, timings, ...).
 SUMMARY = []
@@ -40,18 +41,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("tolk parity summary")
         for line in SUMMARY:
             terminalreporter.write_line(line)
-
-
-def ct2_uses_mkl():
-    """CTranslate2 multiplies with MKL on Intel CPUs (CT2_USE_MKL overrides), with oneDNN
-    elsewhere; Tolk reproduces MKL's summation orders."""
-    if os.environ.get("CT2_USE_MKL") is not None:
-        return os.environ["CT2_USE_MKL"] not in ("0", "false", "False")
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
-    except OSError:
-        return False
 
 
 def _first_existing(*paths):

@@ -1,9 +1,10 @@
 """Serving through the Python binding on the real zh-en model: workers give the same
 translations as one worker, jobs and token streaming match the blocking calls, and freeing
 models hands their memory back (RSS near the baseline after several load/free rounds)."""
-import gc
+import json
 import os
-import re
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -22,11 +23,6 @@ pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(ZH_EN, "model.bi
 def verses(n):
     with open(os.path.join(DATA, "dev-matthew.zh"), encoding="utf-8") as f:
         return f.read().splitlines()[:n]
-
-
-def rss_mb():
-    with open("/proc/self/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
 
 
 @pytest.fixture(scope="module")
@@ -90,20 +86,38 @@ def test_a_cancelled_job_raises_and_a_closed_translator_cancels_its_jobs(model):
         pending.result()
 
 
+_LOAD_AND_FREE = r"""
+import gc, json, os, re, sys
+import tolk
+zh_en, en_pt, data = sys.argv[1:4]
+def rss_mb():
+    with open("/proc/self/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
+with open(os.path.join(data, "dev-matthew.zh"), encoding="utf-8") as f:
+    verses = f.read().splitlines()[:20]
+gc.collect()
+base, loaded, after = rss_mb(), [], []
+for _ in range(3):
+    models = [tolk.Model(zh_en, compute_type="int8"), tolk.Model(en_pt)]
+    translators = [tolk.Translator(m, inter_threads=2) for m in models]
+    translators[0].translate_text(verses, beam_size=4)
+    translators[1].translate_text(["Hello world. I love you."] * 20)
+    loaded.append(rss_mb())
+    del translators, models
+    gc.collect()
+    after.append(rss_mb())
+json.dump({"base": base, "loaded": loaded, "after": after}, sys.stdout)
+"""
+
+
 @pytest.mark.skipif(not os.path.exists(EN_PT), reason="no en-pt model")
 def test_freed_models_hand_their_memory_back():
-    gc.collect()
-    base = rss_mb()
-    after = []
-    for _ in range(3):
-        models = [tolk.Model(ZH_EN, compute_type="int8"), tolk.Model(EN_PT)]
-        translators = [tolk.Translator(m, inter_threads=2) for m in models]
-        translators[0].translate_text(verses(20), beam_size=4)
-        translators[1].translate_text(["Hello world. I love you."] * 20)
-        loaded = rss_mb()
-        del translators, models
-        gc.collect()
-        after.append(rss_mb())
+    # A fresh process: in this one, earlier tests' freed memory would absorb the load.
+    proc = subprocess.run([sys.executable, "-c", _LOAD_AND_FREE, ZH_EN, EN_PT, DATA], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, PYTHONPATH=os.path.dirname(tolk.__file__)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rss = json.loads(proc.stdout)
+    base = rss["base"]
     # Two loaded models hold ~250 MB; freed, at most a little stays with the allocator.
-    assert loaded > base + 150, (base, loaded)
-    assert max(after) < base + 100, "RSS after free %s MB, baseline %.0f MB" % (after, base)
+    assert min(rss["loaded"]) > base + 150, rss
+    assert max(rss["after"]) < base + 100, "RSS after free %s MB, baseline %.0f MB" % (rss["after"], base)
