@@ -283,10 +283,11 @@ impl QuantizedRows {
         }
     }
 
-    /// Plans the product of the `m` rows of `data` (`plan`): which kernel takes each k step.
+    /// Plans the product of the `m` rows of `data` for `isa`'s kernel (`plan`): which
+    /// kernel takes each k step.
     #[cfg(target_arch = "x86_64")]
-    fn plan(&mut self, m: usize) {
-        self.plans.fill(&self.data, m, self.kp)
+    fn plan(&mut self, m: usize, isa: Isa) {
+        self.plans.fill(&self.data, m, self.kp, isa)
     }
 }
 
@@ -502,7 +503,7 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
         a.fill(x, m, k, shifted, w.activation_scale, intgemm);
         #[cfg(target_arch = "x86_64")]
         if is_planned(isa, intgemm) {
-            a.plan(m);
+            a.plan(m, isa);
         }
         run_panels(&a, w, bias, relu, &out, m, threads, isa, shifted)
     })
@@ -990,15 +991,21 @@ mod tests {
             let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
             let packed = PackedI8Matrix::quantize(&w, n, k);
             let expected = reference(&x, &w, &bias, m, n, k);
-            for (&isa, threads) in planned.iter().flat_map(|i| [(i, 1), (i, 2)]) {
-                let mut y = vec![f32::NAN; m * n];
-                isa::with_isa(isa, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads));
-                assert_eq!(y, expected, "{isa:?} {m}x{n}x{k} threads={threads}");
-            }
-            let shares = ACTIVATIONS.with(|a| a.borrow().plans.kernel_shares());
-            assert_eq!(shares.iter().sum::<usize>(), m.div_ceil(2) * k.div_ceil(4) * 4, "{m}x{n}x{k}");
-            if m > 2 && k > 100 {
-                assert!(shares.iter().all(|&v| v > 0), "{m}x{n}x{k}: {shares:?}");
+            // The AVX2 kernel with and without hexadecets (which one a CPU takes depends on
+            // the core: plan::hexadecets_pay_off), then the AVX-512BW one.
+            let runs = planned.iter().flat_map(|&i| if i == Isa::Avx2 { vec![(i, true), (i, false)] } else { vec![(i, true)] });
+            for (isa, hexadecets) in runs {
+                for threads in [1, 2] {
+                    let mut y = vec![f32::NAN; m * n];
+                    plan::with_avx2_hexadecets(hexadecets, || isa::with_isa(isa, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads)));
+                    assert_eq!(y, expected, "{isa:?} {m}x{n}x{k} threads={threads} hexadecets={hexadecets}");
+                }
+                let shares = ACTIVATIONS.with(|a| a.borrow().plans.kernel_shares());
+                assert_eq!(shares.iter().sum::<usize>(), m.div_ceil(2) * k.div_ceil(4) * 4, "{m}x{n}x{k}");
+                if m > 2 && k > 100 {
+                    assert_eq!(shares[0] > 0, hexadecets, "{isa:?} {m}x{n}x{k}: {shares:?}");
+                    assert!(shares[1..].iter().all(|&v| v > 0), "{isa:?} {m}x{n}x{k}: {shares:?}");
+                }
             }
         }
     }

@@ -14,7 +14,8 @@
 //! kernel takes each k step: `hexadecets` (16 k: four `vpmaddubsw` summed in int16, one
 //! `vpmaddwd`; pairs of rows only),
 //! `octets` (8 k: two and one), `quads` (4 k: one of each) or `exact` (4 k through the sign
-//! trick). On the zh-en model about 70% of the products take hexadecets and 1% the sign
+//! trick; `hexadecets_pay_off` says on which cores the 256-bit kernel takes hexadecets).
+//! On the zh-en model about 70% of the products take hexadecets and 1% the sign
 //! trick. Integer sums are exact in any order, so the result is the reference's bit for
 //! bit; the shift adds `128 Σ x` over the shifted steps, which the unit subtracts before
 //! the epilogue. (Octets cost 1.5 multiply instructions per 32 products, against 3 for the
@@ -22,13 +23,54 @@
 //! panel in two passes and lost 30% at m = 1, where the weights' bandwidth bounds it.)
 
 use super::MR;
+use crate::backend::cpu::isa::Isa;
 use std::arch::x86_64::*;
+use std::cell::Cell;
+use std::sync::OnceLock;
 
 /// The largest `Σ|x| + |Σ x|` of a run of products one int16 lane may sum (see the module
 /// doc): `127 a + 128 s <= 32767` holds for `a + s <= 256`, as `s <= a`.
 const LANE_BUDGET: i16 = 256;
 /// Units of rows per interleaved group of `MR` rows.
 const UNITS: usize = MR / 2;
+
+thread_local! {
+    /// A test's choice of [`hexadecets_pay_off`] for the AVX2 kernel on this thread.
+    static AVX2_HEXADECETS: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Whether the kernel of `isa` takes hexadecets. The 512-bit kernel always does (32
+/// registers hold a pair of rows' hexadecets over a whole panel). The 256-bit one needs 17
+/// registers of 16 for them and spills; whether that beats octets depends on the core:
+/// on an AVX2-only AMD EPYC (Zen 3, 2026-11-27) octets alone were faster (gemm_bench
+/// best of 6, int8 GOP/s: 32x65000x512 119 vs 102, 128x2048x512 141 vs 134, 128x512x2048
+/// 149 vs 140; zh-en int8 greedy 3-4% and beam 4 5-10% faster end to end), while on the
+/// AVX-512 cores the AVX2 path was measured on when forced down to it (Zen 5, Sapphire
+/// Rapids) hexadecets won. CPUs whose native level is AVX2 (Zen 1-3, Intel before Ice
+/// Lake) have the narrower load and multiply ports, so hexadecets are taken at AVX2 only
+/// on a CPU with AVX-512. `TOLK_INT8_HEXADECETS=0|1` overrides this, to measure a new core.
+pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
+    static AVX2: OnceLock<bool> = OnceLock::new();
+    match isa {
+        Isa::Avx2 => AVX2_HEXADECETS.with(Cell::get).unwrap_or_else(|| {
+            *AVX2.get_or_init(|| match std::env::var("TOLK_INT8_HEXADECETS").as_deref() {
+                Ok("0") => false,
+                Ok("1") => true,
+                _ => Isa::Avx512Bw.is_supported(),
+            })
+        }),
+        _ => true,
+    }
+}
+
+/// Runs `f` with the AVX2 kernel taking hexadecets or not on this thread (tests).
+#[cfg(test)]
+pub(super) fn with_avx2_hexadecets<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    let before = AVX2_HEXADECETS.with(|c| c.replace(Some(on)));
+    let result = f();
+    AVX2_HEXADECETS.with(|c| c.set(before));
+    result
+}
 
 /// The kernels of a plan, by the k steps one takes: mask `Kind as usize` of a unit.
 #[derive(Clone, Copy)]
@@ -92,8 +134,9 @@ impl GroupPlan<'_> {
 
 impl Plans {
     /// Plans the `m` rows of `x` (interleaved groups of `MR` rows, `[kp/4][MR][4]` bytes
-    /// each).
-    pub(super) fn fill(&mut self, x: &[u8], m: usize, kp: usize) {
+    /// each) for the kernel of `isa`.
+    pub(super) fn fill(&mut self, x: &[u8], m: usize, kp: usize, isa: Isa) {
+        let hexadecets = hexadecets_pay_off(isa);
         let groups = m.div_ceil(MR);
         self.layout = MaskLayout::new(kp);
         let words = self.layout.words;
@@ -105,7 +148,7 @@ impl Plans {
         let size = kp * MR;
         for g in 0..groups {
             let live = MR.min(m - g * MR);
-            let planner = GroupPlanner::new(&x[g * size..(g + 1) * size], live, self.layout);
+            let planner = GroupPlanner::new(&x[g * size..(g + 1) * size], live, hexadecets, self.layout);
             let masks = &mut self.masks[g * UNITS * words..(g + 1) * UNITS * words];
             // SAFETY: `Plans` is filled only for the AVX2 kernel, i.e. on a CPU with AVX2
             // (see Companion::of); the group holds `kp / 4` steps of `MR` rows.
@@ -178,19 +221,21 @@ impl LaneSums {
 struct GroupPlanner<'a> {
     x: &'a [u8],
     live: usize,
+    /// Whether pairs of rows may take hexadecets (else octets at most).
+    hexadecets: bool,
     layout: MaskLayout,
     /// The movemask bits of each unit's live rows (zero for a unit without rows).
     unit_bits: [u32; UNITS],
 }
 
 impl GroupPlanner<'_> {
-    fn new(x: &[u8], live: usize, layout: MaskLayout) -> GroupPlanner<'_> {
+    fn new(x: &[u8], live: usize, hexadecets: bool, layout: MaskLayout) -> GroupPlanner<'_> {
         let unit_bits = std::array::from_fn(|u| {
             let first = if 2 * u < live { 0xf << (8 * u) } else { 0 };
             let second = if 2 * u + 1 < live { 0xf0 << (8 * u) } else { 0 };
             first | second
         });
-        GroupPlanner { x, live, layout, unit_bits }
+        GroupPlanner { x, live, hexadecets, layout, unit_bits }
     }
 
     /// Marks step `i` of `kind` for the units among `units` whose lanes are within budget
@@ -219,8 +264,12 @@ impl GroupPlanner<'_> {
         let all = self.unit_bits.iter().fold(0, |a, b| a | b);
         let mut total = _mm256_setzero_si256();
         let mut exact_sum = [0i32; MR];
-        // Hexadecets only for pairs of rows (a single row is memory bound, see `unit`).
-        let pairs: u32 = self.unit_bits.iter().filter(|&&b| b.count_ones() == 8).fold(0, |a, b| a | b);
+        // Hexadecets only for pairs of rows (a single row is memory bound, see `unit`), and
+        // only where the kernel takes them (`hexadecets_pay_off`).
+        let pairs: u32 = match self.hexadecets {
+            true => self.unit_bits.iter().filter(|&&b| b.count_ones() == 8).fold(0, |a, b| a | b),
+            false => 0,
+        };
         let mut sums = [LaneSums { magnitude: _mm256_setzero_si256(), signed: _mm256_setzero_si256() }; 4];
         let mut g = 0;
         while g < steps {
