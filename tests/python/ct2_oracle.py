@@ -17,6 +17,7 @@ So where the process's CTranslate2 is not exact for a compute type, the oracle i
 CTranslate2 with MKL, run in a subprocess (CTranslate2 picks its backend once per process).
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -28,7 +29,9 @@ _VNNI_CAPS = ("VNNI", "AMX", "BF16", "FP16", "AVX512_E1", "AVX512_E2", "AVX512_E
               "AVX512_E4", "AVX512_E5", "AVX2_E1", "ALL", "DEFAULT")
 
 
+@functools.lru_cache(maxsize=None)
 def _cpuinfo():
+    """/proc/cpuinfo, read once (every bar and oracle choice asks)."""
     try:
         with open("/proc/cpuinfo") as f:
             return f.read()
