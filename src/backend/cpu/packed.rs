@@ -5,12 +5,12 @@
 //! costs more than the product. Here `W [n, k]` is stored as panels of `NR = 32` output
 //! columns, each `[k][32]` contiguous (zero-padded at the tail), and register-tiled
 //! kernels multiply a block of rows by one panel after the other, the part of the panel
-//! in use held in L1 while every tile of rows walks it: AVX-512F in groups of 8
-//! interleaved rows x 32 columns with k in blocks of 256, AVX2+FMA in tiles of 6 rows x 16
-//! columns. Meanwhile each fetches a later panel into L2, so that the weights stream from
-//! memory under the FMAs. Whatever the tiling, every output element is one chain of FMAs
-//! in k order, so both levels give the same bits. A portable scalar reference checks
-//! them. The kernel is chosen at run time.
+//! in use held in L1 (AVX-512) or L2 (AVX2) while every tile of rows walks it: AVX-512F
+//! in groups of 8 interleaved rows x 32 columns with k in blocks of 256, AVX2+FMA in
+//! tiles of 3 rows x 32 columns. Meanwhile each fetches a later panel into L2, so that
+//! the weights stream from memory under the FMAs. Whatever the tiling, every output
+//! element is one chain of FMAs in k order, so both levels give the same bits. A portable
+//! scalar reference checks them. The kernel is chosen at run time.
 use super::isa::{self, FloatLevel};
 use super::OutPtr;
 
@@ -299,47 +299,37 @@ mod x86 {
         ((1u32 << n.min(16)) - 1) as __mmask16
     }
 
-    /// AVX2 + FMA: the rows in tiles of 6 rows x 16 columns, 12 accumulators + 2 weight
-    /// vectors + 1 broadcast = 15 of the 16 ymm registers, each half panel (32 KiB at
-    /// k = 512) staying in L1 while all tiles of the rows walk it. 6 x 16 also loads the
-    /// fewest bytes per FMA (2 weight vectors + 6 broadcasts for 12 FMAs). The 1 to 5
-    /// leftover rows take narrower tiles that still keep 4 or more accumulators in flight.
-    /// Each tile fetches its share of `t.prefetch` into L2.
+    /// AVX2 + FMA: the rows in tiles of 3 rows x the whole panel (32 columns): 12
+    /// accumulators + 3 broadcasts + 1 weight vector = the 16 ymm registers, 3 broadcasts
+    /// and 4 weight loads per 12 FMAs. Broadcasts are what limits: on an AVX2-only AMD EPYC
+    /// (Zen 3) 12 FMAs took as long with 8 plain loads as alone, 6% longer with 3
+    /// broadcasts + 4 loads, but 30% longer with the 6 broadcasts + 2 loads of the former
+    /// 6 x 16 tiles (2026-11-27; gemm_bench then gained 7-16%, float32 zh-en greedy 6-9%,
+    /// beam 4 15%). The 1 or 2 leftover rows take a tile of their own. Each tile fetches
+    /// its share of `t.prefetch` into L2.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn panel_avx2(t: &Tile, y: &mut [f32], ldy: usize, rows: usize, cols: usize) {
-        let halves = cols.div_ceil(16);
-        let full = rows / 6 * 6;
+        let full = rows / 3 * 3;
         let left = rows - full;
-        // Two leftover rows or fewer take the whole panel at once, more half panels.
-        let left_tiles = match left {
-            0 => 0,
-            1 | 2 => 1,
-            _ => halves,
-        };
-        let tiles = halves * (full / 6) + left_tiles;
+        let tiles = full / 3 + usize::from(left > 0);
         let mut done = 0;
         let mut next = || {
             done += 1;
             Tile { prefetch: share(t.prefetch, done - 1, tiles), ..*t }
         };
-        for c0 in (0..cols).step_by(16) {
-            for r0 in (0..full).step_by(6) {
-                tile_avx2::<6, 2>(&next(), r0, c0, y, ldy, cols);
-            }
+        for r0 in (0..full).step_by(3) {
+            tile_avx2::<3, 4>(&next(), r0, 0, y, ldy, cols);
         }
-        for c0 in (0..left_tiles).map(|i| 16 * i) {
-            let t = &next();
-            match left {
-                1 => tile_avx2::<1, 4>(t, full, c0, y, ldy, cols),
-                2 => tile_avx2::<2, 4>(t, full, c0, y, ldy, cols),
-                3 => tile_avx2::<3, 2>(t, full, c0, y, ldy, cols),
-                4 => tile_avx2::<4, 2>(t, full, c0, y, ldy, cols),
-                _ => tile_avx2::<5, 2>(t, full, c0, y, ldy, cols),
-            }
+        match left {
+            0 => {}
+            1 => tile_avx2::<1, 4>(&next(), full, 0, y, ldy, cols),
+            _ => tile_avx2::<2, 4>(&next(), full, 0, y, ldy, cols),
         }
     }
 
-    /// Rows `r0..r0 + MR` x columns `c0..c0 + 8 NV` of the panel (`cols` of it are real).
+    /// Rows `r0..r0 + MR` x columns `c0..c0 + 8 NV` of the panel (`cols` of it are real):
+    /// per k step the rows' broadcasts first, then one weight vector at a time (so 3 x 32
+    /// fits the registers).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn tile_avx2<const MR: usize, const NV: usize>(t: &Tile, r0: usize, c0: usize, y: &mut [f32], ldy: usize, cols: usize) {
@@ -350,14 +340,14 @@ mod x86 {
         for (line, run) in prefetch_runs(t.prefetch, k) {
             prefetch_l2(line);
             for kk in run {
-                let mut wv = [_mm256_setzero_ps(); NV];
-                for (j, v) in wv.iter_mut().enumerate() {
-                    *v = _mm256_loadu_ps(w.add(kk * NR + 8 * j));
+                let mut xv = [_mm256_setzero_ps(); MR];
+                for (r, v) in xv.iter_mut().enumerate() {
+                    *v = _mm256_set1_ps(*x.add(r * k + kk));
                 }
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let xv = _mm256_set1_ps(*x.add(r * k + kk));
-                    for (a, &v) in acc.iter_mut().zip(&wv) {
-                        *a = _mm256_fmadd_ps(xv, v, *a);
+                for j in 0..NV {
+                    let wv = _mm256_loadu_ps(w.add(kk * NR + 8 * j));
+                    for (acc, &xv) in acc.iter_mut().zip(&xv) {
+                        acc[j] = _mm256_fmadd_ps(xv, wv, acc[j]);
                     }
                 }
             }
