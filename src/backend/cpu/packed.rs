@@ -318,25 +318,26 @@ mod x86 {
             Tile { prefetch: share(t.prefetch, done - 1, tiles), ..*t }
         };
         for r0 in (0..full).step_by(3) {
-            tile_avx2::<3, 4>(&next(), r0, 0, y, ldy, cols);
+            tile_avx2::<3>(&next(), r0, y, ldy, cols);
         }
         match left {
             0 => {}
-            1 => tile_avx2::<1, 4>(&next(), full, 0, y, ldy, cols),
-            _ => tile_avx2::<2, 4>(&next(), full, 0, y, ldy, cols),
+            1 => tile_avx2::<1>(&next(), full, y, ldy, cols),
+            _ => tile_avx2::<2>(&next(), full, y, ldy, cols),
         }
     }
 
-    /// Rows `r0..r0 + MR` x columns `c0..c0 + 8 NV` of the panel (`cols` of it are real):
-    /// per k step the rows' broadcasts first, then one weight vector at a time (so 3 x 32
-    /// fits the registers).
+    /// Rows `r0..r0 + MR` x the panel's 32 columns (`cols` of them are real): per k step
+    /// the rows' broadcasts first, then one weight vector at a time (so 3 x 32 fits the
+    /// registers).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile_avx2<const MR: usize, const NV: usize>(t: &Tile, r0: usize, c0: usize, y: &mut [f32], ldy: usize, cols: usize) {
+    unsafe fn tile_avx2<const MR: usize>(t: &Tile, r0: usize, y: &mut [f32], ldy: usize, cols: usize) {
+        const NV: usize = NR / 8;
         let mut acc = [[_mm256_setzero_ps(); NV]; MR];
         let k = t.k;
         let x = t.x.as_ptr().add(r0 * k);
-        let w = t.panel.as_ptr().add(c0);
+        let w = t.panel.as_ptr();
         for (line, run) in prefetch_runs(t.prefetch, k) {
             prefetch_l2(line);
             for kk in run {
@@ -352,15 +353,15 @@ mod x86 {
                 }
             }
         }
-        let width = (8 * NV).min(cols - c0);
+        let width = NR.min(cols);
         for (r, acc) in acc.iter().enumerate() {
-            let y = y[(r0 + r) * ldy + c0..(r0 + r) * ldy + c0 + width].as_mut_ptr();
+            let y = y[(r0 + r) * ldy..(r0 + r) * ldy + width].as_mut_ptr();
             for (j, &a) in acc.iter().enumerate() {
                 let lanes = width.saturating_sub(8 * j).min(8);
                 if lanes == 0 {
                     break;
                 }
-                let bias = t.bias.map_or(_mm256_setzero_ps(), |b| load8(b[c0 + 8 * j..].as_ptr(), lanes));
+                let bias = t.bias.map_or(_mm256_setzero_ps(), |b| load8(b[8 * j..].as_ptr(), lanes));
                 store8(y.add(8 * j), _mm256_add_ps(a, bias), lanes);
             }
         }
