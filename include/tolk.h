@@ -545,8 +545,8 @@ enum TolkStatus tolk_model_load_with_options(const char *path,
                                              struct TolkModel **out_model);
 
 /**
- * The compute type a model's weights were loaded for: "float32", "int8_float32" or
- * "int16" (static string; NULL for a NULL model).
+ * The compute type a model's weights were loaded for: "float32", "int8_float32", "int16"
+ * or (on a GPU) "float16" (static string; NULL for a NULL model).
  *
  * # Safety
  * `model` must be NULL or a live model.

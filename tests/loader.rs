@@ -221,7 +221,13 @@ fn compute_types_resolve_like_ctranslate2() {
     let auto = if tolk::backend::cpu::isa::current() == tolk::backend::cpu::isa::Isa::Scalar { ComputeType::Float32 } else { ComputeType::Int8 };
     assert_eq!(tolk::Model::load_with(&dir, ComputeType::Auto).unwrap().compute_type(), auto);
     assert_eq!(ComputeType::parse("int8_float32").unwrap(), ComputeType::Int8);
-    assert_eq!(ComputeType::parse("float16").unwrap_err().kind, ErrorKind::Unsupported);
+    assert_eq!(ComputeType::parse("float16").unwrap(), ComputeType::Float16);
+    assert_eq!(ComputeType::parse("bfloat16").unwrap_err().kind, ErrorKind::Unsupported);
+    // float16 runs on a GPU only: without one (or held to the CPU) loading says so.
+    match tolk::Model::load_with(&dir, ComputeType::Float16) {
+        Ok(m) => assert_eq!((m.device().kind(), m.compute_type()), ("cuda", ComputeType::Float16)),
+        Err(e) => assert!(e.kind == ErrorKind::Unsupported && e.message.contains("float16"), "{e}"),
+    }
     assert_eq!(ComputeType::parse("int4").unwrap_err().kind, ErrorKind::InvalidArgument);
     // A translator asking for another type than the model's gets converted weights.
     let model = tolk::Model::load(&dir).unwrap();

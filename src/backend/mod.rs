@@ -50,6 +50,9 @@ pub enum ComputeType {
     Int8,
     /// int16 weights and activations.
     Int16,
+    /// float16 weights and products (float32 accumulation), float32 everything else. CUDA
+    /// only, as in CTranslate2.
+    Float16,
 }
 
 impl ComputeType {
@@ -61,11 +64,12 @@ impl ComputeType {
             "float32" | "float" => Ok(ComputeType::Float32),
             "int8" | "int8_float32" => Ok(ComputeType::Int8),
             "int16" => Ok(ComputeType::Int16),
-            "int8_float16" | "int8_bfloat16" | "float16" | "bfloat16" => Err(Error::unsupported(format!(
-                "compute type {name:?} is not supported on CPU (use float32, int8 or int16)"
+            "float16" => Ok(ComputeType::Float16),
+            "int8_float16" | "int8_bfloat16" | "bfloat16" => Err(Error::unsupported(format!(
+                "compute type {name:?} is not supported (use float32, int8 or int16 on the CPU, float32 or float16 on a GPU)"
             ))),
             other => Err(Error::invalid_argument(format!(
-                "unknown compute type {other:?} (expected default, auto, float32, int8, int8_float32 or int16)"
+                "unknown compute type {other:?} (expected default, auto, float32, float16, int8, int8_float32 or int16)"
             ))),
         }
     }
@@ -77,6 +81,7 @@ impl ComputeType {
             ComputeType::Float32 => "float32",
             ComputeType::Int8 => "int8_float32",
             ComputeType::Int16 => "int16",
+            ComputeType::Float16 => "float16",
         }
     }
 
@@ -85,10 +90,14 @@ impl ComputeType {
     /// int16 are dequantized when uploaded); the integer types are the CPU's kernels.
     pub fn resolve_on(self, device: &Device, saved: SavedPrecision) -> Result<ComputeType> {
         match (device, self) {
+            (Device::Cpu, ComputeType::Float16) => {
+                Err(Error::unsupported("compute type float16 needs a CUDA GPU (on the CPU: float32, int8 or int16)"))
+            }
             (Device::Cpu, requested) => Ok(requested.resolve(saved)),
             (Device::Cuda(_), ComputeType::Default | ComputeType::Auto | ComputeType::Float32) => Ok(ComputeType::Float32),
+            (Device::Cuda(_), ComputeType::Float16) => Ok(ComputeType::Float16),
             (Device::Cuda(_), other) => Err(Error::unsupported(format!(
-                "compute type {} runs on the CPU only: the CUDA backend computes in float32",
+                "compute type {} runs on the CPU only: the CUDA backend computes in float32 or float16",
                 other.name()
             ))),
         }
@@ -479,6 +488,10 @@ impl Device {
         };
         match (request, compute_type) {
             (DeviceRequest::Cpu, _) | (DeviceRequest::Auto, ComputeType::Int8 | ComputeType::Int16) => Ok(Device::Cpu),
+            // float16 has no CPU kernels: "auto" means the GPU, and its absence is an error.
+            (DeviceRequest::Auto, ComputeType::Float16) => cuda::probe(index)
+                .map(Device::Cuda)
+                .map_err(|e| Error::new(e.kind, format!("compute type float16 needs a CUDA GPU: {}", e.message))),
             (DeviceRequest::Auto, _) => Ok(cuda::probe(index).map(Device::Cuda).unwrap_or(Device::Cpu)),
             (DeviceRequest::Cuda, _) => cuda::probe(index)
                 .map(Device::Cuda)
@@ -494,11 +507,13 @@ impl Device {
         }
     }
 
-    /// For logs and `--verbose`: "cpu (avx512vnni)", "cuda:0 (NVIDIA H100 80GB HBM3)".
+    /// For logs and `--verbose`: "cpu (avx512vnni)", "cuda:0 (NVIDIA H100 80GB HBM3; cuBLAS
+    /// libcublas.so.13, NVRTC 13.0 libnvrtc.so.13)".
     pub fn description(&self) -> String {
         match self {
             Device::Cpu => format!("cpu ({})", cpu::isa::current().name()),
-            Device::Cuda(info) => format!("cuda:{} ({})", info.index, info.name),
+            Device::Cuda(info) if info.libraries.is_empty() => format!("cuda:{} ({})", info.index, info.name),
+            Device::Cuda(info) => format!("cuda:{} ({}; {})", info.index, info.name, info.libraries),
         }
     }
 

@@ -468,8 +468,8 @@ fn new_model(model: Model) -> *mut TolkModel {
     Box::into_raw(Box::new(TolkModel { model, description, device_name }))
 }
 
-/// The compute type a model's weights were loaded for: "float32", "int8_float32" or
-/// "int16" (static string; NULL for a NULL model).
+/// The compute type a model's weights were loaded for: "float32", "int8_float32", "int16"
+/// or (on a GPU) "float16" (static string; NULL for a NULL model).
 ///
 /// # Safety
 /// `model` must be NULL or a live model.
@@ -481,6 +481,7 @@ pub unsafe extern "C" fn tolk_model_compute_type(model: *const TolkModel) -> *co
     match (*model).model.compute_type() {
         ComputeType::Int8 => c"int8_float32".as_ptr(),
         ComputeType::Int16 => c"int16".as_ptr(),
+        ComputeType::Float16 => c"float16".as_ptr(),
         _ => c"float32".as_ptr(),
     }
 }

@@ -2,15 +2,14 @@
 //! to the logits; token ids, positions and row indices go up as small `u32` arrays.
 use std::sync::Arc;
 
-use cudarc::cublas::sys::cublasOperation_t;
-use cudarc::cublas::{Gemm, GemmConfig};
-use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 use super::device::{check, Device};
 use super::kernels::{self, activation_code, MAX_SHARED_SCORES};
+use super::libs;
 use super::memory::{
     dequantize_i16, dequantize_i8, grown_capacity, grown_steps, memory_rows, sequence_rows, to_i32, to_u32, DeviceBuffer, DeviceKvCache,
-    DeviceMatrix, DeviceVector,
+    DeviceMatrix, DeviceVector, WeightData,
 };
 use super::CudaBackend;
 
@@ -123,12 +122,107 @@ impl CudaBackend {
             return;
         }
         let dev = self.dev();
-        let chunks = len.div_ceil(kernels::ELEMENT_THREADS as usize).clamp(1, 64) as u32;
-        let cfg = LaunchConfig { grid_dim: (to_u32(n), chunks, 1), block_dim: (kernels::ELEMENT_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let cfg = Self::gather_shape(n, len);
         let (dst_stride, src_stride, use_idx, n, len) =
             (to_i32(dst_stride), to_i32(src_stride), idx.is_some() as i32, to_i32(n), to_i32(len));
         let idx = idx.unwrap_or(&dev.dummy_u32);
         launch!(dev, "gather_rows", cfg, dst, &dst_stride, src, &src_stride, idx, &use_idx, &n, &len, &scale);
+    }
+
+    /// Launch shape of the row gathers: one block row per gathered row, up to 64 blocks
+    /// along it.
+    fn gather_shape(n: usize, len: usize) -> LaunchConfig {
+        let chunks = len.div_ceil(kernels::ELEMENT_THREADS as usize).clamp(1, 64) as u32;
+        LaunchConfig { grid_dim: (to_u32(n), chunks, 1), block_dim: (kernels::ELEMENT_THREADS, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    fn upload_f16(&self, values: &[f32]) -> Result<CudaSlice<u16>> {
+        let bits: Vec<u16> = if values.is_empty() { vec![0] } else { values.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect() };
+        self.dev().stream.memcpy_stod(&bits).map_err(|e| Error::unsupported(format!("could not upload a weight to the GPU: {e}")))
+    }
+
+    /// Row-major `out[rows, n] = x[rows, k] · W[n, k]ᵀ` through cuBLAS, which is column-major
+    /// `outᵀ = W · xᵀ`: W read transposed (its rows are columns of length k), x as is.
+    /// float32 weights: `sgemm`. float16 weights: x is rounded to float16 first and
+    /// `GemmEx` multiplies on the tensor cores, accumulating in float32.
+    fn product(&self, x: &DeviceBuffer, rows: usize, w: &DeviceMatrix, out: &mut DeviceBuffer) {
+        let (n, k) = (w.n, w.k);
+        assert!(x.len() >= rows * k, "CUDA backend: linear input holds {} floats, {rows} rows of {k} need more", x.len());
+        let dev = self.dev();
+        let cublas = check(libs::cublas(), "loading cuBLAS");
+        let blas = dev.blas.lock().unwrap_or_else(|e| e.into_inner());
+        self.bind();
+        let (m_i, n_i, k_i) = (to_i32(n), to_i32(rows), to_i32(k));
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let stream = &dev.stream;
+        match &w.data {
+            WeightData::F32(weights) => {
+                let (a, _a) = weights.device_ptr(stream);
+                let (b, _b) = x.slice().device_ptr(stream);
+                let (c, _c) = out.slice_mut().device_ptr_mut(stream);
+                // SAFETY: W holds n·k floats, x at least rows·k (checked), out rows·n (the
+                // caller ensured it); the handle's stream is `stream`.
+                let status = unsafe {
+                    (cublas.sgemm)(
+                        blas.handle,
+                        libs::CUBLAS_OP_T,
+                        libs::CUBLAS_OP_N,
+                        m_i,
+                        n_i,
+                        k_i,
+                        &alpha,
+                        a as *const f32,
+                        k_i,
+                        b as *const f32,
+                        k_i,
+                        &beta,
+                        c as *mut f32,
+                        m_i,
+                    )
+                };
+                check(cublas.check(status), "cuBLAS sgemm");
+            }
+            WeightData::F16(weights) => {
+                let mut scratch = dev.half_scratch.lock().unwrap_or_else(|e| e.into_inner());
+                let needed = grown_capacity(scratch.as_ref().map_or(0, |s| s.len()), rows * k);
+                if scratch.as_ref().is_none_or(|s| s.len() < needed) {
+                    *scratch = None;
+                    // SAFETY: written by `to_half` before the product reads it.
+                    *scratch = Some(check(unsafe { stream.alloc::<u16>(needed) }, "allocating device memory"));
+                }
+                let half_x = scratch.as_mut().expect("allocated above");
+                let count = to_i32(rows * k);
+                launch!(dev, "to_half", Device::elementwise(rows * k), &mut *half_x, x.slice(), &count);
+                let (a, _a) = weights.device_ptr(stream);
+                let (b, _b) = half_x.device_ptr(stream);
+                let (c, _c) = out.slice_mut().device_ptr_mut(stream);
+                // SAFETY: as for sgemm, with W and x in float16 and out in float32.
+                let status = unsafe {
+                    (cublas.gemm_ex)(
+                        blas.handle,
+                        libs::CUBLAS_OP_T,
+                        libs::CUBLAS_OP_N,
+                        m_i,
+                        n_i,
+                        k_i,
+                        (&alpha as *const f32).cast(),
+                        a as *const std::ffi::c_void,
+                        libs::CUDA_R_16F,
+                        k_i,
+                        b as *const std::ffi::c_void,
+                        libs::CUDA_R_16F,
+                        k_i,
+                        (&beta as *const f32).cast(),
+                        c as *mut std::ffi::c_void,
+                        libs::CUDA_R_32F,
+                        m_i,
+                        libs::CUBLAS_COMPUTE_32F,
+                        libs::CUBLAS_GEMM_DEFAULT,
+                    )
+                };
+                check(cublas.check(status), "cuBLAS GemmEx (float16)");
+            }
+        }
     }
 
     /// Runs the `attention` kernel for `rows` query rows (query `r` at `query[r * q_stride]`).
@@ -211,21 +305,28 @@ impl Backend for CudaBackend {
     /// Every compute type multiplies in float32 on the GPU (see the module doc): quantized
     /// weights are dequantized here.
     fn matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<DeviceMatrix> {
-        let _ = compute_type;
-        let data = match data {
+        let (tensor, dequantized);
+        let floats: &[f32] = match data {
             MatrixData::Float(w) => {
                 check_len("a weight", w.len(), n * k)?;
-                self.upload_f32(&w)?
+                tensor = w;
+                &tensor
             }
             MatrixData::Quantized(Quantized::Int8 { values, scales, .. }) => {
                 check_len("an int8 weight", values.len(), n * k)?;
                 check_len("an int8 weight's scales", scales.len(), n)?;
-                self.upload_f32(&dequantize_i8(&values, &scales, n, k))?
+                dequantized = dequantize_i8(&values, &scales, n, k);
+                &dequantized
             }
             MatrixData::Quantized(Quantized::Int16 { values, scale }) => {
                 check_len("an int16 weight", values.len(), n * k)?;
-                self.upload_f32(&dequantize_i16(&values, scale))?
+                dequantized = dequantize_i16(&values, scale);
+                &dequantized
             }
+        };
+        let data = match compute_type {
+            ComputeType::Float16 => WeightData::F16(self.upload_f16(floats)?),
+            _ => WeightData::F32(self.upload_f32(floats)?),
         };
         Ok(DeviceMatrix { data, n, k })
     }
@@ -234,8 +335,23 @@ impl Backend for CudaBackend {
         let k = matrix.k;
         let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
         let idx = self.upload_indices(&ids, matrix.n, "weight row");
-        let mut data = self.alloc(ids.len() * k);
-        self.gather_kernel(&mut data.slice_mut(..), k, &matrix.data.slice(..), k, Some(&idx), ids.len(), k, 1.0);
+        let data = match &matrix.data {
+            WeightData::F32(src) => {
+                let mut data = self.alloc(ids.len() * k);
+                self.gather_kernel(&mut data.slice_mut(..), k, &src.slice(..), k, Some(&idx), ids.len(), k, 1.0);
+                WeightData::F32(data)
+            }
+            WeightData::F16(src) => {
+                // SAFETY: written by the gather before anything reads it.
+                let mut data = check(unsafe { self.dev().stream.alloc::<u16>((ids.len() * k).max(1)) }, "allocating device memory");
+                if !ids.is_empty() && k > 0 {
+                    let dev = self.dev();
+                    let (n_i, k_i, use_idx) = (to_i32(ids.len()), to_i32(k), 1i32);
+                    launch!(dev, "gather_half_rows", Self::gather_shape(ids.len(), k), &mut data, &k_i, src, &k_i, &idx, &use_idx, &n_i, &k_i);
+                }
+                WeightData::F16(data)
+            }
+        };
         DeviceMatrix { data, n: ids.len(), k }
     }
 
@@ -273,24 +389,7 @@ impl Backend for CudaBackend {
             check(dev.stream.memset_zeros(&mut out.slice_mut().slice_mut(..rows * n)), "clearing a buffer");
         } else {
             assert!(x.len() >= rows * k, "CUDA backend: linear input holds {} floats, {rows} rows of {k} need more", x.len());
-            // Row-major out[rows, n] = x[rows, k] · W[n, k]ᵀ is column-major outᵀ = W · xᵀ:
-            // W read transposed (its rows are columns of length k), x as is.
-            let cfg = GemmConfig {
-                transa: cublasOperation_t::CUBLAS_OP_T,
-                transb: cublasOperation_t::CUBLAS_OP_N,
-                m: to_i32(n),
-                n: to_i32(rows),
-                k: to_i32(k),
-                alpha: 1.0f32,
-                lda: to_i32(k),
-                ldb: to_i32(k),
-                beta: 0.0f32,
-                ldc: to_i32(n),
-            };
-            let blas = dev.blas.lock().unwrap_or_else(|e| e.into_inner());
-            self.bind();
-            // SAFETY: W holds n·k floats, x at least rows·k (checked), out rows·n (ensured).
-            check(unsafe { blas.gemm(cfg, &w.data, x.slice(), out.slice_mut()) }, "cuBLAS sgemm");
+            self.product(x, rows, w, out);
         }
         if bias.is_some() || relu {
             if let Some(b) = bias {
@@ -356,24 +455,28 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&self, table: EmbeddingRows<'_, Self>, dim: usize, ids: &[u32], scale: Option<f32>, out: &mut DeviceBuffer) {
-        let (data, stride, rows) = match table {
-            EmbeddingRows::Dense(t) => (&t.data, t.row_len, t.len / t.row_len.max(1)),
-            EmbeddingRows::Packed(m) => (&m.data, m.k, m.n),
+        let (stride, rows) = match table {
+            EmbeddingRows::Dense(t) => (t.row_len, t.len / t.row_len.max(1)),
+            EmbeddingRows::Packed(m) => (m.k, m.n),
         };
         assert!(dim <= stride, "CUDA backend: embedding width {dim} wider than its table's rows ({stride})");
         let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
         let idx = self.upload_indices(&ids, rows, "token id");
         self.ensure(out, ids.len() * dim);
-        self.gather_kernel(
-            &mut out.slice_mut().slice_mut(..),
-            dim,
-            &data.slice(..),
-            stride,
-            Some(&idx),
-            ids.len(),
-            dim,
-            scale.unwrap_or(1.0),
-        );
+        let scale = scale.unwrap_or(1.0);
+        match table {
+            EmbeddingRows::Dense(DeviceVector { data, .. }) | EmbeddingRows::Packed(DeviceMatrix { data: WeightData::F32(data), .. }) => {
+                self.gather_kernel(&mut out.slice_mut().slice_mut(..), dim, &data.slice(..), stride, Some(&idx), ids.len(), dim, scale)
+            }
+            EmbeddingRows::Packed(DeviceMatrix { data: WeightData::F16(data), .. }) => {
+                if !ids.is_empty() && dim > 0 {
+                    let dev = self.dev();
+                    let (dim_i, stride_i, n_i, use_idx) = (to_i32(dim), to_i32(stride), to_i32(ids.len()), 1i32);
+                    let cfg = Self::gather_shape(ids.len(), dim);
+                    launch!(dev, "gather_rows_half", cfg, out.slice_mut(), &dim_i, data, &stride_i, &idx, &use_idx, &n_i, &dim_i, &scale);
+                }
+            }
+        }
     }
 
     fn add_positions(&self, x: &mut DeviceBuffer, dim: usize, table: PositionTable<'_, Self>, positions: &[usize]) {

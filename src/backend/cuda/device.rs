@@ -4,11 +4,11 @@ use std::collections::HashMap;
 use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 
-use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::{CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig};
 
 use super::kernels;
+use super::libs::{self, CublasHandle};
 use super::DeviceInfo;
 use crate::error::{Error, Result};
 
@@ -20,7 +20,10 @@ pub(crate) struct Device {
     /// events (cudarc's event tracking is off).
     pub stream: Arc<CudaStream>,
     /// cuBLAS handles are not meant for concurrent calls from several threads.
-    pub blas: Mutex<CudaBlas>,
+    pub blas: Mutex<Blas>,
+    /// float16 copies of the activations a float16 product reads (grow-only; used under
+    /// the `blas` lock, and only by work queued on `stream`, in order).
+    pub half_scratch: Mutex<Option<CudaSlice<u16>>>,
     functions: HashMap<&'static str, CudaFunction>,
     /// Passed for pointer arguments a kernel does not read.
     pub dummy_u32: CudaSlice<u32>,
@@ -40,31 +43,65 @@ fn driver_error(what: &str, e: DriverError) -> Error {
     Error::unsupported(format!("{what}: {e}"))
 }
 
-/// Checks that the three CUDA libraries the backend loads can be found: cudarc panics on
-/// the first call into a missing one.
+/// Checks that the three CUDA libraries the backend loads can be found (cudarc panics on
+/// the first call into a missing driver; see `libs` for cuBLAS and NVRTC).
 pub(crate) fn check_libraries() -> Result<()> {
     // One after the other, so that a machine without a driver loads nothing else.
-    // SAFETY: only tries to load the libraries (dlopen), calling nothing in them.
+    // SAFETY: only tries to load the library (dlopen), calling nothing in it.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(Error::unsupported(
             "no CUDA driver found (libcuda.so could not be loaded): install the NVIDIA driver, or run on the CPU",
         ));
     }
-    // SAFETY: as above.
-    if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-        return Err(Error::unsupported(
-            "cuBLAS not found (libcublas.so / libcublas.so.12 could not be loaded): install the CUDA 12 runtime libraries \
-             (e.g. the CUDA toolkit, or `pip install nvidia-cublas-cu12` with its lib directory on LD_LIBRARY_PATH)",
-        ));
-    }
-    // SAFETY: as above.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(Error::unsupported(
-            "NVRTC not found (libnvrtc.so / libnvrtc.so.12 could not be loaded): install the CUDA 12 runtime compiler \
-             (e.g. the CUDA toolkit, or `pip install nvidia-cuda-nvrtc-cu12` with its lib directory on LD_LIBRARY_PATH)",
-        ));
-    }
+    libs::cublas().map_err(|e| {
+        Error::unsupported(format!(
+            "{e}. Install the CUDA 12 or 13 runtime libraries (the CUDA toolkit, or `pip install nvidia-cublas-cu12`) \
+             and put their lib directory on LD_LIBRARY_PATH or TOLK_CUDA_LIBRARY_PATH"
+        ))
+    })?;
+    libs::nvrtc().map_err(|e| {
+        Error::unsupported(format!(
+            "{e}. Install the CUDA 12 or 13 runtime compiler (the CUDA toolkit, or `pip install nvidia-cuda-nvrtc-cu12`) \
+             and put its lib directory on LD_LIBRARY_PATH or TOLK_CUDA_LIBRARY_PATH"
+        ))
+    })?;
     Ok(())
+}
+
+/// A cuBLAS handle bound to the device's stream, destroyed with its context current.
+pub(crate) struct Blas {
+    pub handle: CublasHandle,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the handle is used under the device's mutex, one thread at a time.
+unsafe impl Send for Blas {}
+
+impl Blas {
+    fn new(stream: &CudaStream) -> std::result::Result<Blas, String> {
+        let cublas = libs::cublas()?;
+        stream.context().bind_to_thread().map_err(|e| e.to_string())?;
+        let mut handle: CublasHandle = std::ptr::null_mut();
+        // SAFETY: writes a handle; set_stream takes the live stream of this context.
+        unsafe {
+            cublas.check((cublas.create)(&mut handle))?;
+            if let Err(e) = cublas.check((cublas.set_stream)(handle, stream.cu_stream().cast())) {
+                (cublas.destroy)(handle);
+                return Err(e);
+            }
+        }
+        Ok(Blas { handle, ctx: stream.context().clone() })
+    }
+}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        if let Ok(cublas) = libs::cublas() {
+            let _ = self.ctx.bind_to_thread();
+            // SAFETY: the handle was created by `Blas::new` and is destroyed once.
+            unsafe { (cublas.destroy)(self.handle) };
+        }
+    }
 }
 
 /// Sets the device's default memory pool (the one cudarc's stream-ordered allocations use)
@@ -115,7 +152,14 @@ impl Device {
         // SAFETY: the device handle comes from the live context.
         let total_memory = unsafe { cudarc::driver::result::device::total_mem(ctx.cu_device()) }
             .map_err(|e| driver_error("could not read the CUDA device's memory size", e))?;
-        let info = DeviceInfo { index, name, compute_capability: (major, minor), total_memory };
+        let libraries = match (libs::cublas(), libs::nvrtc()) {
+            (Ok(cublas), Ok(nvrtc)) => {
+                let (nvrtc_major, nvrtc_minor) = nvrtc.version();
+                format!("cuBLAS {}, NVRTC {nvrtc_major}.{nvrtc_minor} {}", cublas.path(), nvrtc.path())
+            }
+            _ => String::new(),
+        };
+        let info = DeviceInfo { index, name, compute_capability: (major, minor), total_memory, libraries };
         keep_freed_memory(&ctx);
 
         if major < kernels::MIN_COMPUTE_CAPABILITY.0 {
@@ -142,10 +186,10 @@ impl Device {
             })
             .collect::<Result<HashMap<_, _>>>()?;
         let stream = ctx.default_stream();
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| Error::unsupported(format!("could not create a cuBLAS handle: {e}")))?;
+        let blas = Blas::new(&stream).map_err(|e| Error::unsupported(format!("could not create a cuBLAS handle: {e}")))?;
         let dummy_u32 = stream.alloc_zeros::<u32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
         let dummy_f32 = stream.alloc_zeros::<f32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
-        Ok(Device { info, ctx, stream, blas: Mutex::new(blas), functions, dummy_u32, dummy_f32 })
+        Ok(Device { info, ctx, stream, blas: Mutex::new(blas), half_scratch: Mutex::new(None), functions, dummy_u32, dummy_f32 })
     }
 
     pub fn function(&self, name: &str) -> &CudaFunction {

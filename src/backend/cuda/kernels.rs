@@ -6,7 +6,7 @@
 //! Sums run in the GPU's order (tree reductions), so the last bits may differ from the CPU.
 //! Sizes are `int` (a buffer holds fewer than 2^31 floats); offsets are computed in
 //! `size_t`.
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+use cudarc::nvrtc::Ptx;
 
 use crate::error::{Error, Result};
 
@@ -21,7 +21,8 @@ pub const MAX_SHARED_SCORES: usize = 40 * 1024 / 4;
 
 /// The names of the kernels in [`SOURCE`], loaded from the compiled module.
 pub const KERNEL_NAMES: &[&str] =
-    &["bias_activation", "layer_norm", "activation", "add", "gather_rows", "add_positions", "attention", "ssru", "running_average", "gate"];
+    &["bias_activation", "layer_norm", "activation", "add", "gather_rows", "add_positions", "attention", "ssru", "running_average", "gate",
+      "to_half", "gather_rows_half", "gather_half_rows"];
 
 /// Codes of [`crate::backend::Activation`] in the kernels (`ACT_*` below); ReLU is 0.
 pub fn activation_code(activation: crate::backend::Activation) -> i32 {
@@ -36,7 +37,8 @@ pub fn activation_code(activation: crate::backend::Activation) -> i32 {
     }
 }
 
-/// The oldest compute capability the kernels are compiled for (`compute_50`, Maxwell).
+/// The oldest compute capability the kernels are compiled for (`compute_50`, Maxwell, with
+/// NVRTC 12; NVRTC 13 compiles for Turing, `compute_75`, and later only, and says so).
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (5, 0);
 
 /// The virtual architecture the kernels are compiled for on a device of compute
@@ -55,18 +57,14 @@ pub fn arch_for(cc: (i32, i32)) -> &'static str {
 /// Compiles [`SOURCE`] for `arch` (e.g. "compute_80"). Never fast-math: precise division,
 /// square roots and denormals, as the CPU computes.
 pub fn compile(arch: &'static str) -> Result<Ptx> {
-    let opts = CompileOptions {
-        arch: Some(arch),
-        ftz: Some(false),
-        prec_div: Some(true),
-        prec_sqrt: Some(true),
-        fmad: Some(true),
-        use_fast_math: Some(false),
-        name: Some("tolk_kernels.cu".into()),
-        ..Default::default()
-    };
-    compile_ptx_with_opts(SOURCE, opts)
-        .map_err(|e| Error::unsupported(format!("NVRTC could not compile Tolk's CUDA kernels for {arch}: {e}")))
+    let nvrtc = super::libs::nvrtc().map_err(Error::unsupported)?;
+    let gpu_architecture = format!("--gpu-architecture={arch}");
+    let options = [gpu_architecture.as_str(), "--ftz=false", "--prec-div=true", "--prec-sqrt=true", "--fmad=true"];
+    let ptx = nvrtc.compile(SOURCE, "tolk_kernels.cu", &options).map_err(|e| {
+        let (major, minor) = nvrtc.version();
+        Error::unsupported(format!("NVRTC {major}.{minor} ({}) could not compile Tolk's CUDA kernels for {arch}: {e}", nvrtc.path()))
+    })?;
+    Ok(Ptx::from_src(ptx))
 }
 
 /// The kernels. Launch shapes are in the comments; `device.rs` launches them.
@@ -195,6 +193,46 @@ extern "C" __global__ void gather_rows(float* dst, int dst_stride, const float* 
     const float* from = src + s * (size_t)src_stride;
     float* to = dst + (size_t)i * (size_t)dst_stride;
     for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < len; j += gridDim.y * blockDim.x) to[j] = from[j] * scale;
+}
+
+// float16 bits <-> float32 (PTX conversions: no header needed, any architecture).
+__device__ __forceinline__ float half_to_float(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ unsigned short float_to_half(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// dst[i] = float16(src[i]) (round to nearest even) for i < n. Element-wise launch.
+extern "C" __global__ void to_half(unsigned short* dst, const float* src, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = float_to_half(src[i]);
+}
+
+// gather_rows from a float16 table into float32 rows (embeddings of a float16 model).
+extern "C" __global__ void gather_rows_half(float* dst, int dst_stride, const unsigned short* src, int src_stride, const unsigned* idx,
+                                            int use_idx, int n, int len, float scale) {
+    int i = blockIdx.x;
+    if (i >= n) return;
+    size_t s = use_idx ? (size_t)idx[i] : (size_t)i;
+    const unsigned short* from = src + s * (size_t)src_stride;
+    float* to = dst + (size_t)i * (size_t)dst_stride;
+    for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < len; j += gridDim.y * blockDim.x) to[j] = half_to_float(from[j]) * scale;
+}
+
+// gather_rows of float16 rows as they are (a shortlist's rows of a float16 projection).
+extern "C" __global__ void gather_half_rows(unsigned short* dst, int dst_stride, const unsigned short* src, int src_stride,
+                                            const unsigned* idx, int use_idx, int n, int len) {
+    int i = blockIdx.x;
+    if (i >= n) return;
+    size_t s = use_idx ? (size_t)idx[i] : (size_t)i;
+    const unsigned short* from = src + s * (size_t)src_stride;
+    unsigned short* to = dst + (size_t)i * (size_t)dst_stride;
+    for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < len; j += gridDim.y * blockDim.x) to[j] = from[j];
 }
 
 // Row r of x (width d) += the encoding of positions[r]: row positions[r] of table, or the

@@ -8,7 +8,7 @@ use cudarc::driver::CudaSlice;
 /// context, and on a thread where none (or another) is current the free fails, leaking the
 /// memory and leaving an error that poisons the context's later calls. Errors are ignored
 /// (a destructor cannot report them; the free itself records its own).
-fn make_current(slice: &CudaSlice<f32>) {
+fn make_current<T>(slice: &CudaSlice<T>) {
     let ctx = slice.context().cu_ctx();
     // SAFETY: `ctx` is the slice's own context, alive while the slice holds it (the slice
     // keeps an `Arc` of its stream, which keeps the context).
@@ -89,12 +89,19 @@ pub fn grown_steps(current: usize, needed: usize) -> usize {
     needed.max(current * 2).max(16)
 }
 
-/// A weight `[n, k]` as float32 rows in device memory (dequantized at upload when stored
-/// quantized).
+/// A weight `[n, k]` as rows in device memory, in float32 or (compute type float16) IEEE
+/// half precision; dequantized at upload when stored quantized.
 pub struct DeviceMatrix {
-    pub(crate) data: CudaSlice<f32>,
+    pub(crate) data: WeightData,
     pub(crate) n: usize,
     pub(crate) k: usize,
+}
+
+/// The elements of a [`DeviceMatrix`].
+pub enum WeightData {
+    F32(CudaSlice<f32>),
+    /// float16 bits: multiplied by cuBLAS with float32 accumulation.
+    F16(CudaSlice<u16>),
 }
 
 impl DeviceMatrix {
@@ -112,7 +119,10 @@ impl DeviceMatrix {
 impl Drop for DeviceMatrix {
     fn drop(&mut self) {
         // The slice itself is dropped after this, with its context current.
-        make_current(&self.data);
+        match &self.data {
+            WeightData::F32(slice) => make_current(slice),
+            WeightData::F16(slice) => make_current(slice),
+        }
     }
 }
 

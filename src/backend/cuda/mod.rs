@@ -1,8 +1,8 @@
 //! The CUDA backend: [`CudaBackend`] implements [`crate::backend::Backend`] on one NVIDIA
-//! GPU, through cudarc with dynamic loading. Nothing of CUDA is needed to build Tolk or to
-//! run it on the CPU: the driver (`libcuda.so`), cuBLAS (`libcublas.so.12`) and NVRTC
-//! (`libnvrtc.so.12`) are looked for when [`probe`] runs, and a missing one is an error
-//! naming it, never a panic.
+//! GPU. Nothing of CUDA is needed to build Tolk or to run it on the CPU: the driver
+//! (`libcuda.so`, through cudarc with dynamic loading), cuBLAS and NVRTC (CUDA 12 or 13,
+//! through `libs`) are looked for when [`probe`] runs, and a missing one is an error naming
+//! it, never a panic.
 //!
 //! - `device`: a GPU's context, its one stream, the cuBLAS handle and the kernels, opened
 //!   once per device and process (cached here) and shared by every clone of the backend.
@@ -10,13 +10,18 @@
 //!   device is opened.
 //! - `memory`: device buffers (grow-only, so decoder steps do not reallocate), weights,
 //!   parameters and the key/value caches.
+//! - `libs`: cuBLAS and NVRTC, loaded with `dlopen` (CUDA 12 or 13, whichever the driver
+//!   runs), through a table of the functions Tolk calls.
 //! - `backend`: the operations.
 //!
-//! Precision: every product runs in float32 through cuBLAS `sgemm`. Weights stored as
-//! int8 or int16 are dequantized to float32 when uploaded (`w = q * (1 / scale)`, as the CPU
-//! backend reads them back), and the loader asks this backend for float32 only (the int8/int16
-//! compute types are the CPU's integer kernels; `lib.rs` refuses them on CUDA). [`FloatOrder`](crate::backend::FloatOrder) is ignored: the GPU sums in
-//! its own order, so the last bits of a result (rarely a word) may differ from the CPU.
+//! Precision: compute type float32 multiplies through cuBLAS `sgemm` (no TF32); float16
+//! keeps the weights in half precision and multiplies with `GemmEx` on the tensor cores,
+//! the activations rounded to half first and the sums in float32; everything else (norms,
+//! attention, caches) is float32 either way. Weights stored as int8 or int16 are
+//! dequantized when uploaded (`w = q * (1 / scale)`, as the CPU backend reads them back);
+//! the int8/int16 compute types are the CPU's integer kernels and are refused here.
+//! [`FloatOrder`](crate::backend::FloatOrder) is ignored: the GPU sums in its own order, so
+//! the last bits of a result (sometimes a word of a translation) may differ from the CPU.
 //!
 //! Errors: the [`Backend`](crate::backend::Backend) operations return no `Result`; a CUDA
 //! failure in one of them (out of memory, a lost device) panics with a message saying what
@@ -26,6 +31,7 @@
 mod backend;
 mod device;
 mod kernels;
+mod libs;
 mod memory;
 #[cfg(test)]
 mod tests;
@@ -37,7 +43,7 @@ use std::sync::{Arc, Mutex, Once, OnceLock};
 
 use device::Device;
 pub use kernels::SOURCE as KERNEL_SOURCE;
-pub use memory::{DeviceBuffer, DeviceKvCache, DeviceMatrix, DeviceVector};
+pub use memory::{DeviceBuffer, DeviceKvCache, DeviceMatrix, DeviceVector, WeightData};
 
 use crate::error::{Error, Result};
 
@@ -49,6 +55,8 @@ pub struct DeviceInfo {
     /// Compute capability (major, minor).
     pub compute_capability: (i32, i32),
     pub total_memory: usize,
+    /// The CUDA libraries in use, for people: "CUDA 13, libcublas.so.13, NVRTC 13.0".
+    pub libraries: String,
 }
 
 /// The devices opened (and found usable) so far, by index.
