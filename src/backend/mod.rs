@@ -119,6 +119,15 @@ impl ComputeType {
 }
 
 
+/// What [`Backend::top_logits`] finds: `k` (column, logit) pairs per row, best first
+/// (row `r`'s at `candidates[r * k..]`), and each row's log-sum-exp.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TopLogits {
+    pub k: usize,
+    pub candidates: Vec<(usize, f32)>,
+    pub log_sum_exp: Vec<f32>,
+}
+
 /// How a decoding keeps the attention keys and values it reuses at every step: the
 /// self-attention cache and the encoder output's keys/values of cross-attention. They are
 /// most of a decoding's memory (at 32 rows of the zh-en model, 68 of int8 greedy's 192 MB).
@@ -419,6 +428,26 @@ pub trait Backend: Clone + Send + Sync + 'static {
         _bias: Option<&Self::Vector>,
         _disabled: &[&[u32]],
     ) -> Option<Vec<(usize, f32)>> {
+        None
+    }
+
+    /// For each row of the output layer `x · Wᵀ (+ bias)`, with columns `disabled[row]`
+    /// counted as `f32::MIN` (as `decode::disable` sets them): its `k` largest logits
+    /// (column, value; best first, the lower column on ties) and the log-sum-exp of the
+    /// row, where the backend finds them without handing the logits over (a GPU: beam
+    /// search then moves `k` candidates per row instead of the whole vocabulary); else
+    /// `None`.
+    #[allow(clippy::too_many_arguments)]
+    fn top_logits(
+        &self,
+        _ctx: &Ctx,
+        _x: &Self::Buffer,
+        _rows: usize,
+        _w: &Self::Matrix,
+        _bias: Option<&Self::Vector>,
+        _disabled: &[&[u32]],
+        _k: usize,
+    ) -> Option<TopLogits> {
         None
     }
 

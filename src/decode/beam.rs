@@ -7,7 +7,7 @@ use super::{
     StartTokens,
 };
 use crate::backend::cpu::ops;
-use crate::backend::Ctx;
+use crate::backend::{Ctx, TopLogits};
 
 /// The `k` best (index, value) pairs of `values`, best first; the lower index wins ties.
 pub fn top_k(values: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
@@ -133,7 +133,10 @@ pub fn beam_continuous(
 
     let mut live = Live::default();
     live.join(decoder, starts, params.clone(), first_step_rows, search);
+    // The columns a row may not take before its minimum length: the disabled ones and ends.
+    let early: Vec<u32> = disabled.iter().chain(&end_columns).copied().collect();
     let mut logits = Vec::new();
+    let mut top = TopLogits::default();
     let mut candidates = Vec::with_capacity(num_candidates);
     let mut row_candidates: Vec<(usize, f32)> = Vec::new();
     let per_row = num_candidates.min(vocab);
@@ -150,13 +153,37 @@ pub fn beam_continuous(
             break;
         }
         let rows_of = |e: &Example| if e.step == 0 { first_step_rows } else { beam };
-        decoder.step(ctx, inputs, &mut logits);
         // Candidates of each row: its best 2 x beam tokens by logit. Log-probabilities are
         // only formed for them (log_softmax is monotonic within a row), with the same
-        // arithmetic as a full log-softmax: (logit - logsumexp) + beam score.
+        // arithmetic as a full log-softmax: (logit - logsumexp) + beam score. A backend
+        // that finds them where the logits are (a GPU) hands over only those.
+        let masks: Vec<&[u32]> = alive
+            .iter()
+            .flat_map(|&ex| {
+                let example = &examples[ex];
+                let mask = if example.step < groups.params(example.group).min_length { &early[..] } else { &disabled[..] };
+                std::iter::repeat_n(mask, rows_of(example))
+            })
+            .collect();
+        let found = decoder.step_top(ctx, inputs, &masks, per_row, &mut logits, &mut top);
         row_candidates.clear();
+        if found {
+            let mut r = 0;
+            for &ex in alive.iter() {
+                let example = &examples[ex];
+                let expanded = !expand_after_first_step || example.step > 0;
+                for _ in 0..rows_of(example) {
+                    let shift = top.log_sum_exp[r];
+                    row_candidates.extend(top.candidates[r * per_row..(r + 1) * per_row].iter().map(|&(id, logit)| {
+                        let log_prob = logit - shift;
+                        (r * vocab + id, if expanded { log_prob + scores[r] } else { log_prob })
+                    }));
+                    r += 1;
+                }
+            }
+        }
         let mut rows = logits.chunks_exact_mut(vocab).enumerate();
-        for &ex in alive.iter() {
+        for &ex in alive.iter().filter(|_| !found) {
             let example = &examples[ex];
             // On one row, an example's first step has no beam score to add.
             let expanded = !expand_after_first_step || example.step > 0;

@@ -207,7 +207,7 @@ pub(crate) fn finalize(mut hyps: Vec<(Vec<u32>, f32)>, n: usize, length_penalty:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Ctx;
+    use crate::backend::{Ctx, TopLogits};
 
     /// A decoder whose logits depend only on the step: `table[step][token]`, the same for
     /// every row. It records which rows survive, to check the row bookkeeping.
@@ -232,6 +232,50 @@ mod tests {
         }
         fn select_rows(&mut self, rows: &[usize]) {
             self.rows = rows.iter().map(|&r| self.rows[r]).collect();
+        }
+    }
+
+    /// [`Scripted`] finding each row's candidates itself, as a GPU backend does
+    /// ([`DecoderSession::step_top`]): beam search must decide exactly as from the logits.
+    struct ScriptedTop(Scripted);
+
+    impl DecoderSession for ScriptedTop {
+        fn vocabulary_size(&self) -> usize {
+            self.0.vocabulary_size()
+        }
+        fn step(&mut self, ctx: &Ctx, ids: &[u32], logits: &mut Vec<f32>) {
+            self.0.step(ctx, ids, logits)
+        }
+        fn step_top(&mut self, ctx: &Ctx, ids: &[u32], disabled: &[&[u32]], k: usize, _: &mut Vec<f32>, top: &mut TopLogits) -> bool {
+            let mut logits = Vec::new();
+            self.0.step(ctx, ids, &mut logits);
+            let vocab = self.vocabulary_size();
+            *top = TopLogits { k, ..Default::default() };
+            let mut best = Vec::new();
+            for (row, mask) in logits.chunks_exact_mut(vocab).zip(disabled) {
+                disable(row, mask);
+                beam::top_k(row, k, &mut best);
+                top.candidates.extend_from_slice(&best);
+                top.log_sum_exp.push(crate::backend::cpu::ops::log_sum_exp(row));
+            }
+            true
+        }
+        fn select_rows(&mut self, rows: &[usize]) {
+            self.0.select_rows(rows)
+        }
+    }
+
+    #[test]
+    fn beam_search_from_candidates_decides_as_from_logits() {
+        for (beam, n_best, min_length, prefix, disabled) in
+            [(2, 1, 0, vec![], vec![]), (3, 3, 0, vec![], vec![]), (2, 2, 3, vec![], vec![3]), (4, 2, 0, vec![4], vec![]), (5, 1, 2, vec![], vec![])]
+        {
+            let mut p = params(beam);
+            (p.num_hypotheses, p.min_length, p.disabled_ids) = (n_best, min_length, disabled);
+            let starts = start(2, prefix);
+            let host = beam::beam_search(&Ctx::default(), &mut scripted(2), &mut Unobserved, &starts, &p);
+            let found = beam::beam_search(&Ctx::default(), &mut ScriptedTop(scripted(2)), &mut Unobserved, &starts, &p);
+            assert_eq!(host, found, "beam {beam}, n-best {n_best}, min length {min_length}");
         }
     }
 

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::backend::{Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized};
+use crate::backend::{Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized, TopLogits};
 use crate::error::{Error, Result};
 use crate::format::WeightSource;
 use crate::tensor::Tensor;
@@ -285,6 +285,13 @@ impl<B: Backend> Linear<B> {
     /// `f32::MIN`), where the backend finds them without the whole output.
     pub fn best_outputs(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, disabled: &[&[u32]]) -> Option<Vec<(usize, f32)>> {
         backend.best_logits(ctx, x, rows, &self.weight, self.bias.as_ref(), disabled)
+    }
+
+    /// Each row's `k` largest outputs and its log-sum-exp (`disabled[row]` counted as
+    /// `f32::MIN`), where the backend finds them without the whole output.
+    #[allow(clippy::too_many_arguments)]
+    pub fn top_outputs(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, disabled: &[&[u32]], k: usize) -> Option<TopLogits> {
+        backend.top_logits(ctx, x, rows, &self.weight, self.bias.as_ref(), disabled, k)
     }
 
     /// `forward` followed by ReLU, fused where the kernel can.

@@ -11,7 +11,7 @@ pub mod transformer;
 
 use std::path::Path;
 
-use crate::backend::{Backend, ComputeType, Ctx, KvCacheType, SavedPrecision};
+use crate::backend::{Backend, ComputeType, Ctx, KvCacheType, SavedPrecision, TopLogits};
 use crate::error::{Error, Result};
 use crate::format::ct2::{Ct2Config, Ct2Dir, Vocabulary, VocabularyMap};
 use crate::format::files::PackageFiles;
@@ -112,6 +112,14 @@ pub trait DecoderSession {
     /// logits and `false`.
     fn step_best(&mut self, ctx: &Ctx, ids: &[u32], disabled: &[&[u32]], logits: &mut Vec<f32>, best: &mut Vec<(usize, f32)>) -> bool {
         let _ = (disabled, best);
+        self.step(ctx, ids, logits);
+        false
+    }
+    /// `step` when each row's `k` best logits and its log-sum-exp are enough (beam
+    /// search; columns `disabled[row]` counted as `f32::MIN`): into `top` and `true` where
+    /// the decoder finds them without writing the logits out, else the logits and `false`.
+    fn step_top(&mut self, ctx: &Ctx, ids: &[u32], disabled: &[&[u32]], k: usize, logits: &mut Vec<f32>, top: &mut TopLogits) -> bool {
+        let _ = (disabled, k, top);
         self.step(ctx, ids, logits);
         false
     }

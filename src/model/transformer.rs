@@ -1,7 +1,7 @@
 //! The Transformer encoder-decoder of CTranslate2's `TransformerSpec`, built from the
 //! weights by name, for any compute backend. The model is immutable; everything a
 //! translation mutates lives in `EncoderOutput` and `DecoderState`, in the backend's buffers.
-use crate::backend::{Activation, AttentionShape, Backend, Ctx, KvCacheType, SequenceLayout};
+use crate::backend::{Activation, AttentionShape, Backend, Ctx, KvCacheType, SequenceLayout, TopLogits};
 use crate::error::{Error, Result};
 use crate::model::attention::{AverageAttention, CrossAttention, FeedForward, Scratch, SelfAttention, Ssru};
 use crate::model::layers::{embeddings_scale, EmbeddingTable, Linear, Norm, Positions, WeightReader};
@@ -515,6 +515,36 @@ impl<B: Backend> Decoder<B> {
         found
     }
 
+    /// [`Decoder::step`] when each row's `k` best logits and its log-sum-exp are enough
+    /// (beam search): into `top` and `true` where the backend finds them without handing
+    /// the logits over, else the logits into `logits` and `false`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_top(
+        &self,
+        ctx: &Ctx,
+        ids: &[u32],
+        state: &mut DecoderState<B>,
+        disabled: &[&[u32]],
+        k: usize,
+        logits: &mut Vec<f32>,
+        top: &mut TopLogits,
+    ) -> bool {
+        let x = self.step_layers(ctx, ids, state);
+        let projection = state.output.as_ref().map_or(&self.projection, |o| &o.projection);
+        let found = match projection.top_outputs(&self.backend, ctx, &x, ids.len(), disabled, k) {
+            Some(found) => {
+                *top = found;
+                true
+            }
+            None => {
+                projection.forward_to_host(&self.backend, ctx, &x, ids.len(), &mut state.logits, logits);
+                false
+            }
+        };
+        state.x = x;
+        found
+    }
+
     /// The layers of one step: the rows' final hidden states (`state.x`'s buffer, to be
     /// handed back there).
     fn step_layers(&self, ctx: &Ctx, ids: &[u32], state: &mut DecoderState<B>) -> B::Buffer {
@@ -675,6 +705,9 @@ impl<B: Backend> DecoderSession for TransformerSession<'_, B> {
     }
     fn step_best(&mut self, ctx: &Ctx, ids: &[u32], disabled: &[&[u32]], logits: &mut Vec<f32>, best: &mut Vec<(usize, f32)>) -> bool {
         self.decoder.step_best(ctx, ids, &mut self.state, disabled, logits, best)
+    }
+    fn step_top(&mut self, ctx: &Ctx, ids: &[u32], disabled: &[&[u32]], k: usize, logits: &mut Vec<f32>, top: &mut TopLogits) -> bool {
+        self.decoder.step_top(ctx, ids, &mut self.state, disabled, k, logits, top)
     }
     fn select_rows(&mut self, rows: &[usize]) {
         self.decoder.select_rows(&mut self.state, rows)

@@ -27,7 +27,7 @@ macro_rules! launch {
 }
 use crate::backend::{
     Activation, AttentionShape, Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, KvCacheType, MatrixData, PositionTable, Quantized,
-    SequenceLayout,
+    SequenceLayout, TopLogits,
 };
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -674,6 +674,76 @@ impl Backend for CudaBackend {
             );
         }
         *x = reordered;
+    }
+
+    fn top_logits(
+        &self,
+        ctx: &Ctx,
+        x: &DeviceBuffer,
+        rows: usize,
+        w: &DeviceMatrix,
+        bias: Option<&DeviceVector>,
+        disabled: &[&[u32]],
+        k: usize,
+    ) -> Option<TopLogits> {
+        let vocab = w.n;
+        let kernel_k = kernels::TOP_K_SIZES.into_iter().find(|&size| size >= k)?;
+        if rows == 0 || k == 0 || k > vocab || disabled.len() != rows {
+            return None;
+        }
+        let dev = self.dev();
+        let mut logits = dev.logits_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        self.linear(ctx, x, rows, w, bias, false, &mut logits);
+        if disabled.iter().any(|d| !d.is_empty()) {
+            let mut offsets = Vec::with_capacity(rows + 1);
+            let mut ids = Vec::new();
+            offsets.push(0);
+            for row in disabled {
+                ids.extend_from_slice(row);
+                offsets.push(to_u32(ids.len()));
+            }
+            let (offsets, ids) = (self.upload_u32(&offsets), self.upload_u32(&ids));
+            let (vocab_i, rows_i) = (to_i32(vocab), to_i32(rows));
+            launch!(dev, "disable_columns", Device::per_row(rows), logits.slice_mut(), &vocab_i, &offsets, &ids, &rows_i);
+        }
+        let stride = 2 * kernel_k + 1;
+        let mut found = self.alloc(rows * stride);
+        let name = match kernel_k {
+            1 => "row_top_1",
+            4 => "row_top_4",
+            8 => "row_top_8",
+            16 => "row_top_16",
+            _ => "row_top_32",
+        };
+        let vocab_i = to_i32(vocab);
+        let mut builder = dev.stream.launch_builder(dev.function(name));
+        builder.arg(logits.slice()).arg(&vocab_i).arg(&mut found);
+        // SAFETY: `row_top_K(logits, vocab, out)`: logits holds rows x vocab floats (the
+        // product above), out rows x (2K + 1).
+        check(unsafe { builder.launch(Device::per_row(rows)) }, "the row_top kernel");
+        drop(logits);
+        let mut host = vec![0.0f32; rows * stride];
+        self.bind();
+        check(dev.stream.memcpy_dtoh(&found.slice(..rows * stride), &mut host[..]), "copying the best logits to the host");
+        check(dev.stream.synchronize(), "a decoding step on the GPU");
+        let mut top = TopLogits { k, candidates: Vec::with_capacity(rows * k), log_sum_exp: Vec::with_capacity(rows) };
+        for row in host.chunks_exact(stride) {
+            top.candidates.extend((0..k).map(|j| (row[j].to_bits() as usize, row[kernel_k + j])));
+            top.log_sum_exp.push(row[2 * kernel_k]);
+        }
+        Some(top)
+    }
+
+    fn best_logits(
+        &self,
+        ctx: &Ctx,
+        x: &DeviceBuffer,
+        rows: usize,
+        w: &DeviceMatrix,
+        bias: Option<&DeviceVector>,
+        disabled: &[&[u32]],
+    ) -> Option<Vec<(usize, f32)>> {
+        self.top_logits(ctx, x, rows, w, bias, disabled, 1).map(|top| top.candidates)
     }
 
     fn logits_to_host(&self, logits: &mut DeviceBuffer, host: &mut Vec<f32>) {

@@ -8,6 +8,7 @@ use cudarc::driver::sys::{CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig};
 
 use super::kernels;
+use super::memory::DeviceBuffer;
 use super::libs::{self, CublasHandle};
 use super::DeviceInfo;
 use crate::error::{Error, Result};
@@ -24,6 +25,8 @@ pub(crate) struct Device {
     /// float16 copies of the activations a float16 product reads (grow-only; used under
     /// the `blas` lock, and only by work queued on `stream`, in order).
     pub half_scratch: Mutex<Option<CudaSlice<u16>>>,
+    /// The logits of a step whose candidates are found on the device (`top_logits`).
+    pub logits_scratch: Mutex<DeviceBuffer>,
     functions: HashMap<&'static str, CudaFunction>,
     /// Passed for pointer arguments a kernel does not read.
     pub dummy_u32: CudaSlice<u32>,
@@ -189,7 +192,7 @@ impl Device {
         let blas = Blas::new(&stream).map_err(|e| Error::unsupported(format!("could not create a cuBLAS handle: {e}")))?;
         let dummy_u32 = stream.alloc_zeros::<u32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
         let dummy_f32 = stream.alloc_zeros::<f32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
-        Ok(Device { info, ctx, stream, blas: Mutex::new(blas), half_scratch: Mutex::new(None), functions, dummy_u32, dummy_f32 })
+        Ok(Device { info, ctx, stream, blas: Mutex::new(blas), half_scratch: Mutex::new(None), logits_scratch: Mutex::new(DeviceBuffer::default()), functions, dummy_u32, dummy_f32 })
     }
 
     pub fn function(&self, name: &str) -> &CudaFunction {

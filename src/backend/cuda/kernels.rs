@@ -22,7 +22,12 @@ pub const MAX_SHARED_SCORES: usize = 40 * 1024 / 4;
 /// The names of the kernels in [`SOURCE`], loaded from the compiled module.
 pub const KERNEL_NAMES: &[&str] =
     &["bias_activation", "layer_norm", "activation", "add", "gather_rows", "add_positions", "attention", "ssru", "running_average", "gate",
-      "to_half", "gather_rows_half", "gather_half_rows"];
+      "to_half", "gather_rows_half", "gather_half_rows", "disable_columns", "row_top_1", "row_top_4", "row_top_8", "row_top_16",
+      "row_top_32"];
+
+/// The candidate counts `row_top_K` kernels exist for (a request for `k` uses the smallest
+/// `K >= k` and reads the first `k`).
+pub const TOP_K_SIZES: [usize; 5] = [1, 4, 8, 16, 32];
 
 /// Codes of [`crate::backend::Activation`] in the kernels (`ACT_*` below); ReLU is 0.
 pub fn activation_code(activation: crate::backend::Activation) -> i32 {
@@ -234,6 +239,125 @@ extern "C" __global__ void gather_half_rows(unsigned short* dst, int dst_stride,
     unsigned short* to = dst + (size_t)i * (size_t)dst_stride;
     for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < len; j += gridDim.y * blockDim.x) to[j] = from[j];
 }
+
+// Row r of logits (width vocab): columns ids[offsets[r] .. offsets[r + 1]] set to -FLT_MAX,
+// as decode::disable does on the host (f32::MIN). One block per row.
+extern "C" __global__ void disable_columns(float* logits, int vocab, const unsigned* offsets, const unsigned* ids, int rows) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    for (unsigned i = offsets[r] + threadIdx.x; i < offsets[r + 1]; i += blockDim.x) {
+        unsigned c = ids[i];
+        if (c < (unsigned)vocab) logits[(size_t)r * vocab + c] = __int_as_float(0xff7fffff);
+    }
+}
+
+// The order of candidates: the larger value, then the lower column (the host's top_k).
+__device__ __forceinline__ bool better(float v, unsigned i, float w, unsigned j) { return v > w || (v == w && i < j); }
+
+// Inserts (v, c) into the sorted list (val, idx) of K if it enters. Unrolled, so the list
+// stays in registers.
+template <int K>
+__device__ __forceinline__ void insert(float (&val)[K], unsigned (&idx)[K], float v, unsigned c) {
+#pragma unroll
+    for (int j = K - 1; j >= 0; j--) {
+        bool above = j > 0 && better(v, c, val[j > 0 ? j - 1 : 0], idx[j > 0 ? j - 1 : 0]);
+        if (above) {
+            val[j] = val[j > 0 ? j - 1 : 0];
+            idx[j] = idx[j > 0 ? j - 1 : 0];
+        } else if (better(v, c, val[j], idx[j])) {
+            val[j] = v;
+            idx[j] = c;
+        }
+    }
+}
+
+// Drops the head of the list (it was taken).
+template <int K>
+__device__ __forceinline__ void pop(float (&val)[K], unsigned (&idx)[K]) {
+#pragma unroll
+    for (int j = 0; j + 1 < K; j++) {
+        val[j] = val[j + 1];
+        idx[j] = idx[j + 1];
+    }
+    val[K - 1] = NEG_INF;
+    idx[K - 1] = 0xffffffffu;
+}
+
+// K rounds of a warp arg-max over the lanes' list heads: the warp's K best, in order, into
+// (out_val, out_idx) by lane 0.
+template <int K>
+__device__ __forceinline__ void warp_merge(float (&val)[K], unsigned (&idx)[K], float* out_val, unsigned* out_idx) {
+    for (int j = 0; j < K; j++) {
+        float bv = val[0];
+        unsigned bi = idx[0];
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            unsigned oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (better(ov, oi, bv, bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (val[0] == bv && idx[0] == bi) pop(val, idx);
+        if ((threadIdx.x & 31) == 0) {
+            out_val[j] = bv;
+            out_idx[j] = bi;
+        }
+    }
+}
+
+// One block (ROW_THREADS) per row of logits (width vocab): the row's K best (column,
+// value), best first, and its log-sum-exp (max + log(sum(exp(x - max)))), into
+// out[r * (2K + 1) ..]: K columns (as float bits), K values, the log-sum-exp. Beam search
+// takes these instead of the whole row.
+template <int K>
+__device__ void row_top(const float* logits, int vocab, float* out) {
+    __shared__ float warp_val[32 * K];
+    __shared__ unsigned warp_idx[32 * K];
+    const float* row = logits + (size_t)blockIdx.x * vocab;
+    float val[K];
+    unsigned idx[K];
+#pragma unroll
+    for (int j = 0; j < K; j++) {
+        val[j] = NEG_INF;
+        idx[j] = 0xffffffffu;
+    }
+    float m = NEG_INF;
+    for (int c = threadIdx.x; c < vocab; c += blockDim.x) {
+        float v = row[c];
+        m = fmaxf(m, v);
+        if (better(v, (unsigned)c, val[K - 1], idx[K - 1])) insert(val, idx, v, (unsigned)c);
+    }
+    m = block_max(m);
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < vocab; c += blockDim.x) sum += expf(row[c] - m);
+    sum = block_sum(sum);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    warp_merge(val, idx, warp_val + warp * K, warp_idx + warp * K);
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int j = 0; j < K; j++) {
+            val[j] = lane < warps ? warp_val[lane * K + j] : NEG_INF;
+            idx[j] = lane < warps ? warp_idx[lane * K + j] : 0xffffffffu;
+        }
+        float* o = out + (size_t)blockIdx.x * (2 * K + 1);
+        warp_merge(val, idx, warp_val, warp_idx);
+        if (lane == 0) {
+            for (int j = 0; j < K; j++) {
+                o[j] = __uint_as_float(warp_idx[j]);
+                o[K + j] = warp_val[j];
+            }
+            o[2 * K] = m + logf(sum);
+        }
+    }
+}
+
+extern "C" __global__ void row_top_1(const float* logits, int vocab, float* out) { row_top<1>(logits, vocab, out); }
+extern "C" __global__ void row_top_4(const float* logits, int vocab, float* out) { row_top<4>(logits, vocab, out); }
+extern "C" __global__ void row_top_8(const float* logits, int vocab, float* out) { row_top<8>(logits, vocab, out); }
+extern "C" __global__ void row_top_16(const float* logits, int vocab, float* out) { row_top<16>(logits, vocab, out); }
+extern "C" __global__ void row_top_32(const float* logits, int vocab, float* out) { row_top<32>(logits, vocab, out); }
 
 // Row r of x (width d) += the encoding of positions[r]: row positions[r] of table, or the
 // sinusoid of positions[r] + start ([sin | cos] halves, timescale exp(-increment * j)).

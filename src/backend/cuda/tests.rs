@@ -377,3 +377,36 @@ fn attention_matches_the_cpu_backend() {
     assert_eq!((gcache.rows(), gcache.steps()), (4, 40));
     assert!(gcache.capacity() >= 40);
 }
+
+/// Each row's best logits and log-sum-exp found on the device equal what beam search finds
+/// from the logits on the host (ties to the lower column, disabled columns at f32::MIN).
+#[test]
+fn top_logits_match_the_host_search() {
+    let Some(gpu) = gpu() else { return };
+    let ctx = Ctx::default();
+    let (rows, vocab, k) = (7, 5003, 16);
+    // Values on a coarse grid, so that rows hold ties.
+    let x: Vec<f32> = data(rows * k, 7).iter().map(|v| (v * 4.0).round() / 4.0).collect();
+    let w: Vec<f32> = data(vocab * k, 8).iter().map(|v| (v * 4.0).round() / 4.0).collect();
+    let gw = gpu.matrix(MatrixData::Float(tensor(w, vec![vocab, k])), vocab, k, ComputeType::Float32).unwrap();
+    let gx = gpu.buffer_from_host(&x);
+    let (mut go, mut logits) = (Default::default(), Vec::new());
+    gpu.linear(&ctx, &gx, rows, &gw, None, false, &mut go);
+    gpu.logits_to_host(&mut go, &mut logits);
+    let masks: Vec<Vec<u32>> = (0..rows).map(|r| if r % 3 == 0 { vec![] } else { vec![1, 17, 5002, 9999] }).collect();
+    let masks: Vec<&[u32]> = masks.iter().map(Vec::as_slice).collect();
+    for want in [1, 2, 4, 8, 10, 32] {
+        let top = gpu.top_logits(&ctx, &gx, rows, &gw, None, &masks, want).expect("found on the device");
+        assert_eq!((top.k, top.candidates.len(), top.log_sum_exp.len()), (want, rows * want, rows));
+        let mut best = Vec::new();
+        for r in 0..rows {
+            let mut row = logits[r * vocab..(r + 1) * vocab].to_vec();
+            crate::decode::disable(&mut row, masks[r]);
+            crate::decode::beam::top_k(&row, want, &mut best);
+            assert_eq!(&top.candidates[r * want..(r + 1) * want], &best[..], "row {r}, k {want}");
+            let lse = crate::backend::cpu::ops::log_sum_exp(&row);
+            assert!((top.log_sum_exp[r] - lse).abs() <= 1e-5 * lse.abs().max(1.0), "row {r}: {} vs {lse}", top.log_sum_exp[r]);
+        }
+    }
+    assert!(gpu.top_logits(&ctx, &gx, rows, &gw, None, &masks, 33).is_none(), "more candidates than the kernels keep");
+}
