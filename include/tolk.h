@@ -155,8 +155,10 @@ typedef struct TolkModelOptions {
    */
   uint32_t struct_size;
   /**
-   * What the weights are converted to at load: "default" (as saved, NULL), "auto"
-   * (int8 where the CPU has integer SIMD), "float32", "int8" (= "int8_float32"), "int16".
+   * What the weights are converted to at load: "default" (as saved, NULL; float32 on a
+   * GPU), "auto" (int8 where the CPU has integer SIMD), "float32", "int8" (=
+   * "int8_float32"), "int16" (CPU), "float16" (GPU only: half-precision weights and
+   * products).
    */
   const char *compute_type;
   /**
@@ -200,8 +202,8 @@ typedef struct TolkTranslatorOptions {
    */
   const char *device;
   /**
-   * "default" (the model's, NULL), "auto", "float32", "int8" (= "int8_float32") or
-   * "int16". A type other than the model's loads a converted copy of the weights: to
+   * "default" (the model's, NULL), "auto", "float32", "int8" (= "int8_float32"),
+   * "int16" or (GPU) "float16". A type other than the model's loads a converted copy of the weights: to
    * save memory, load the model with that type (tolk_model_load_with_options).
    */
   const char *compute_type;

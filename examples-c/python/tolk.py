@@ -757,7 +757,7 @@ class Model:
         files=None,
     ):
         """Loads ``path`` with the weights converted for ``compute_type`` ("default":
-        as saved; "auto", "float32", "int8", "int16") on ``device``: "auto" (a usable
+        as saved; "auto", "float32", "int8", "int16", or "float16" on a GPU) on ``device``: "auto" (a usable
         CUDA GPU, else the CPU; :attr:`device` says which), "cpu" or "cuda" (an error
         saying why when no GPU is usable); ``device_index`` picks the GPU.
 

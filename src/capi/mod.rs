@@ -77,8 +77,10 @@ struct HypothesisC {
 pub struct TolkModelOptions {
     /// sizeof(TolkModelOptions), set by the _default() function (ABI versioning).
     pub struct_size: u32,
-    /// What the weights are converted to at load: "default" (as saved, NULL), "auto"
-    /// (int8 where the CPU has integer SIMD), "float32", "int8" (= "int8_float32"), "int16".
+    /// What the weights are converted to at load: "default" (as saved, NULL; float32 on a
+    /// GPU), "auto" (int8 where the CPU has integer SIMD), "float32", "int8" (=
+    /// "int8_float32"), "int16" (CPU), "float16" (GPU only: half-precision weights and
+    /// products).
     pub compute_type: *const c_char,
     /// Path of the source SentencePiece model for text translation; NULL = the package's: in
     /// the model directory (or its parent for Argos packages) source.spm + target.spm,
@@ -113,8 +115,8 @@ pub struct TolkTranslatorOptions {
     /// "auto", "cpu" or "cuda"; NULL = the model's device. Another device than the
     /// model's loads a copy of the weights there.
     pub device: *const c_char,
-    /// "default" (the model's, NULL), "auto", "float32", "int8" (= "int8_float32") or
-    /// "int16". A type other than the model's loads a converted copy of the weights: to
+    /// "default" (the model's, NULL), "auto", "float32", "int8" (= "int8_float32"),
+    /// "int16" or (GPU) "float16". A type other than the model's loads a converted copy of the weights: to
     /// save memory, load the model with that type (tolk_model_load_with_options).
     pub compute_type: *const c_char,
     /// Threads used inside one translation (0 = 1).

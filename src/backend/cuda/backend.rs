@@ -87,12 +87,28 @@ impl CudaBackend {
         check(unsafe { self.dev().stream.alloc::<f32>(len.max(1)) }, "allocating device memory")
     }
 
-    fn upload_u32(&self, values: &[u32]) -> CudaSlice<u32> {
+    /// `values` in device memory. A decoding step sends the same arrays to every layer
+    /// (the memory rows of cross-attention, the beam's row order): the last few uploads
+    /// are kept and reused when the same values come again, so each goes up once per step.
+    fn upload_u32(&self, values: &[u32]) -> Arc<CudaSlice<u32>> {
+        const KEPT: usize = 8;
         let values = if values.is_empty() { &[0][..] } else { values };
-        check(self.dev().stream.memcpy_stod(values), "copying indices to the device")
+        let mut kept = self.dev().uploads.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = kept.iter().position(|(host, _)| host[..] == *values) {
+            let entry = kept.remove(i).expect("found above");
+            let slice = entry.1.clone();
+            kept.push_front(entry);
+            return slice;
+        }
+        // Binds the context: an evicted slice may be freed here.
+        self.bind();
+        let slice = Arc::new(check(self.dev().stream.memcpy_stod(values), "copying indices to the device"));
+        kept.push_front((values.to_vec(), slice.clone()));
+        kept.truncate(KEPT);
+        slice
     }
 
-    fn upload_indices(&self, values: &[usize], bound: usize, what: &str) -> CudaSlice<u32> {
+    fn upload_indices(&self, values: &[usize], bound: usize, what: &str) -> Arc<CudaSlice<u32>> {
         if let Some(&bad) = values.iter().find(|&&v| v >= bound) {
             panic!("CUDA backend: {what} {bad} out of range (0..{bound})");
         }
@@ -338,7 +354,7 @@ impl Backend for CudaBackend {
         let data = match &matrix.data {
             WeightData::F32(src) => {
                 let mut data = self.alloc(ids.len() * k);
-                self.gather_kernel(&mut data.slice_mut(..), k, &src.slice(..), k, Some(&idx), ids.len(), k, 1.0);
+                self.gather_kernel(&mut data.slice_mut(..), k, &src.slice(..), k, Some(&*idx), ids.len(), k, 1.0);
                 WeightData::F32(data)
             }
             WeightData::F16(src) => {
@@ -347,7 +363,7 @@ impl Backend for CudaBackend {
                 if !ids.is_empty() && k > 0 {
                     let dev = self.dev();
                     let (n_i, k_i, use_idx) = (to_i32(ids.len()), to_i32(k), 1i32);
-                    launch!(dev, "gather_half_rows", Self::gather_shape(ids.len(), k), &mut data, &k_i, src, &k_i, &idx, &use_idx, &n_i, &k_i);
+                    launch!(dev, "gather_half_rows", Self::gather_shape(ids.len(), k), &mut data, &k_i, src, &k_i, &*idx, &use_idx, &n_i, &k_i);
                 }
                 WeightData::F16(data)
             }
@@ -364,7 +380,7 @@ impl Backend for CudaBackend {
         let ids: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
         let idx = self.upload_indices(&ids, vector.len, "vector element");
         let mut data = self.alloc(ids.len());
-        self.gather_kernel(&mut data.slice_mut(..), 1, &vector.data.slice(..), 1, Some(&idx), ids.len(), 1, 1.0);
+        self.gather_kernel(&mut data.slice_mut(..), 1, &vector.data.slice(..), 1, Some(&*idx), ids.len(), 1, 1.0);
         DeviceVector { data, len: ids.len(), row_len: ids.len() }
     }
 
@@ -466,14 +482,14 @@ impl Backend for CudaBackend {
         let scale = scale.unwrap_or(1.0);
         match table {
             EmbeddingRows::Dense(DeviceVector { data, .. }) | EmbeddingRows::Packed(DeviceMatrix { data: WeightData::F32(data), .. }) => {
-                self.gather_kernel(&mut out.slice_mut().slice_mut(..), dim, &data.slice(..), stride, Some(&idx), ids.len(), dim, scale)
+                self.gather_kernel(&mut out.slice_mut().slice_mut(..), dim, &data.slice(..), stride, Some(&*idx), ids.len(), dim, scale)
             }
             EmbeddingRows::Packed(DeviceMatrix { data: WeightData::F16(data), .. }) => {
                 if !ids.is_empty() && dim > 0 {
                     let dev = self.dev();
                     let (dim_i, stride_i, n_i, use_idx) = (to_i32(dim), to_i32(stride), to_i32(ids.len()), 1i32);
                     let cfg = Self::gather_shape(ids.len(), dim);
-                    launch!(dev, "gather_rows_half", cfg, out.slice_mut(), &dim_i, data, &stride_i, &idx, &use_idx, &n_i, &dim_i, &scale);
+                    launch!(dev, "gather_rows_half", cfg, out.slice_mut(), &dim_i, data, &stride_i, &*idx, &use_idx, &n_i, &dim_i, &scale);
                 }
             }
         }
@@ -506,7 +522,7 @@ impl Backend for CudaBackend {
             x.slice_mut(),
             &d_i,
             &rows_i,
-            &positions,
+            &*positions,
             table_data,
             &sinusoid,
             &start,
@@ -582,8 +598,8 @@ impl Backend for CudaBackend {
             let idx = self.upload_indices(sources, cache.rows, "cache row");
             let (stride, len) = (cache.capacity * cache.dim, cache.steps * cache.dim);
             let (mut new_keys, mut new_values) = (self.alloc(rows * stride), self.alloc(rows * stride));
-            self.gather_kernel(&mut new_keys.slice_mut(..), stride, &keys.slice(..), stride, Some(&idx), rows, len, 1.0);
-            self.gather_kernel(&mut new_values.slice_mut(..), stride, &values.slice(..), stride, Some(&idx), rows, len, 1.0);
+            self.gather_kernel(&mut new_keys.slice_mut(..), stride, &keys.slice(..), stride, Some(&*idx), rows, len, 1.0);
+            self.gather_kernel(&mut new_values.slice_mut(..), stride, &values.slice(..), stride, Some(&*idx), rows, len, 1.0);
             (cache.keys, cache.values) = (Some(new_keys), Some(new_values));
         } else if let Some(&bad) = sources.iter().find(|&&s| s >= cache.rows) {
             panic!("CUDA backend: cache row {bad} out of range (0..{})", cache.rows);
@@ -667,7 +683,7 @@ impl Backend for CudaBackend {
                 dim,
                 &x.slice().slice(..),
                 dim,
-                Some(&idx),
+                Some(&*idx),
                 sources.len(),
                 dim,
                 1.0,
@@ -704,7 +720,7 @@ impl Backend for CudaBackend {
             }
             let (offsets, ids) = (self.upload_u32(&offsets), self.upload_u32(&ids));
             let (vocab_i, rows_i) = (to_i32(vocab), to_i32(rows));
-            launch!(dev, "disable_columns", Device::per_row(rows), logits.slice_mut(), &vocab_i, &offsets, &ids, &rows_i);
+            launch!(dev, "disable_columns", Device::per_row(rows), logits.slice_mut(), &vocab_i, &*offsets, &*ids, &rows_i);
         }
         let stride = 2 * kernel_k + 1;
         let mut found = self.alloc(rows * stride);

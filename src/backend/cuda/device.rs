@@ -1,6 +1,6 @@
 //! One GPU as the backend holds it: its context and stream, a cuBLAS handle, the compiled
 //! kernels. Opened once per device and process (`mod.rs` caches it).
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +25,8 @@ pub(crate) struct Device {
     /// float16 copies of the activations a float16 product reads (grow-only; used under
     /// the `blas` lock, and only by work queued on `stream`, in order).
     pub half_scratch: Mutex<Option<CudaSlice<u16>>>,
+    /// The last index arrays uploaded, most recent first (see `CudaBackend::upload_u32`).
+    pub uploads: Mutex<VecDeque<(Vec<u32>, Arc<CudaSlice<u32>>)>>,
     /// The logits of a step whose candidates are found on the device (`top_logits`).
     pub logits_scratch: Mutex<DeviceBuffer>,
     functions: HashMap<&'static str, CudaFunction>,
@@ -192,7 +194,7 @@ impl Device {
         let blas = Blas::new(&stream).map_err(|e| Error::unsupported(format!("could not create a cuBLAS handle: {e}")))?;
         let dummy_u32 = stream.alloc_zeros::<u32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
         let dummy_f32 = stream.alloc_zeros::<f32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
-        Ok(Device { info, ctx, stream, blas: Mutex::new(blas), half_scratch: Mutex::new(None), logits_scratch: Mutex::new(DeviceBuffer::default()), functions, dummy_u32, dummy_f32 })
+        Ok(Device { info, ctx, stream, blas: Mutex::new(blas), half_scratch: Mutex::new(None), logits_scratch: Mutex::new(DeviceBuffer::default()), uploads: Mutex::new(VecDeque::new()), functions, dummy_u32, dummy_f32 })
     }
 
     pub fn function(&self, name: &str) -> &CudaFunction {
