@@ -8,8 +8,10 @@
 #                                    # every CPU), so the GPU machine does not recompute it
 # Checks (issue #11): float32 GPU output identical to CPU float32 on >= 98% of the 500
 # zh-en dev verses; float16 BLEU within 0.3 of float32; the Bergamot en-pt model's GPU
-# BLEU within 0.3 of its CPU BLEU; 1000 translator create/use/free cycles leave the
-# device's used memory at its baseline.
+# BLEU within 0.3 of its CPU BLEU; the decoding features (n-best, scores, prefixes,
+# minimum length, batches by tokens, queued jobs, text API, cancel, shortlist) give the
+# CPU's results (ffi-tests/gpu/features.py); 1000 translator create/use/free cycles leave
+# the device's used memory at its baseline.
 # Builds with cargo when it is there; else it uses a libtolk.so already built (carried to
 # the machine in target/release) and compiles the C programs with cc.
 set -euo pipefail
@@ -83,6 +85,9 @@ translate cuda default "$EN_PT" "$DATA/dev-matthew.en" "$OUT/gpu.pt"
 bleu_cpu=$(bleu "$OUT/cpu.pt" "$DATA/dev-matthew.pt")
 bleu_gpu=$(bleu "$OUT/gpu.pt" "$DATA/dev-matthew.pt")
 check "Bergamot GPU BLEU $bleu_gpu within 0.3 of CPU $bleu_cpu" "abs($bleu_gpu - $bleu_cpu) <= 0.3"
+
+echo "== decoding features, GPU against CPU (float32)"
+if ! TOLK_LIB="$LIB/libtolk.so" python3 ffi-tests/gpu/features.py "$MODELS" "$DATA"; then failed=1; fi
 
 echo "== 1000 translator cycles"
 used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1; }
