@@ -194,7 +194,18 @@ impl Device {
         let blas = Blas::new(&stream).map_err(|e| Error::unsupported(format!("could not create a cuBLAS handle: {e}")))?;
         let dummy_u32 = stream.alloc_zeros::<u32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
         let dummy_f32 = stream.alloc_zeros::<f32>(1).map_err(|e| driver_error("could not allocate CUDA memory", e))?;
-        Ok(Device { info, ctx, stream, blas: Mutex::new(blas), half_scratch: Mutex::new(None), logits_scratch: Mutex::new(DeviceBuffer::default()), uploads: Mutex::new(VecDeque::new()), functions, dummy_u32, dummy_f32 })
+        Ok(Device {
+            info,
+            ctx,
+            stream,
+            blas: Mutex::new(blas),
+            half_scratch: Mutex::new(None),
+            uploads: Mutex::new(VecDeque::new()),
+            logits_scratch: Mutex::new(DeviceBuffer::default()),
+            functions,
+            dummy_u32,
+            dummy_f32,
+        })
     }
 
     pub fn function(&self, name: &str) -> &CudaFunction {
