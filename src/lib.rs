@@ -219,9 +219,11 @@ impl Model {
 /// Loads a model of the family its files say it is, on `device`.
 fn load_family(package: &ModelPackage, compute_type: ComputeType, device: &Device) -> Result<Arc<dyn model::TranslationModel>> {
     match device {
+        // float16 is refused here with the reason, before anything is read.
+        Device::Cpu if compute_type == ComputeType::Float16 => Err(compute_type.resolve_on(device, SavedPrecision::Float).unwrap_err()),
         Device::Cpu => load_on(package, &backend::cpu::CpuBackend, compute_type),
         Device::Cuda(info) => {
-            // Whatever the weights are saved as: the CUDA backend has float32 only.
+            // Whatever the weights are saved as: the CUDA backend computes in float32 or float16.
             let compute_type = compute_type.resolve_on(device, SavedPrecision::Float)?;
             load_on(package, &backend::cuda::CudaBackend::new(info.index)?, compute_type)
         }

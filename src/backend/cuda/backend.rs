@@ -747,6 +747,12 @@ impl Backend for CudaBackend {
             top.candidates.extend((0..k).map(|j| (row[j].to_bits() as usize, row[kernel_k + j])));
             top.log_sum_exp.push(row[2 * kernel_k]);
         }
+        // A row with fewer than k values that are not NaN leaves the kernel's filler
+        // column (u32::MAX) in place: such a step is searched on the host, which has its
+        // own rules for NaN.
+        if top.candidates.iter().any(|&(column, _)| column >= vocab) {
+            return None;
+        }
         Some(top)
     }
 

@@ -13,6 +13,9 @@ use super::libs::{self, CublasHandle};
 use super::DeviceInfo;
 use crate::error::{Error, Result};
 
+/// Index arrays kept on the device with their host values, most recent first.
+pub(crate) type KeptUploads = VecDeque<(Vec<u32>, Arc<CudaSlice<u32>>)>;
+
 pub(crate) struct Device {
     pub info: DeviceInfo,
     pub ctx: Arc<CudaContext>,
@@ -26,7 +29,7 @@ pub(crate) struct Device {
     /// the `blas` lock, and only by work queued on `stream`, in order).
     pub half_scratch: Mutex<Option<CudaSlice<u16>>>,
     /// The last index arrays uploaded, most recent first (see `CudaBackend::upload_u32`).
-    pub uploads: Mutex<VecDeque<(Vec<u32>, Arc<CudaSlice<u32>>)>>,
+    pub uploads: Mutex<KeptUploads>,
     /// The logits of a step whose candidates are found on the device (`top_logits`).
     pub logits_scratch: Mutex<DeviceBuffer>,
     functions: HashMap<&'static str, CudaFunction>,

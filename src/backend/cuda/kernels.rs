@@ -213,9 +213,14 @@ __device__ __forceinline__ unsigned short float_to_half(float f) {
     return h;
 }
 
-// dst[i] = float16(src[i]) (round to nearest even) for i < n. Element-wise launch.
+// dst[i] = float16(src[i]) (round to nearest even) for i < n, clamped to +-65504 (the
+// largest half) so that an activation beyond it gives a large product, not inf * 0 = NaN
+// inside the matrix product. Element-wise launch.
 extern "C" __global__ void to_half(unsigned short* dst, const float* src, int n) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = float_to_half(src[i]);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float v = src[i];
+        dst[i] = float_to_half(v != v ? v : fminf(fmaxf(v, -65504.0f), 65504.0f));
+    }
 }
 
 // gather_rows from a float16 table into float32 rows (embeddings of a float16 model).

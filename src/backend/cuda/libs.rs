@@ -10,7 +10,8 @@
 //! CUDA 12 and 13, and a library without one of them is an error naming it.
 //!
 //! Where they are looked for, in order, for each major version the driver can run (newest
-//! first: a runtime newer than the driver cannot run on it): the dynamic linker's own
+//! first: a runtime newer than the driver cannot run on it; an NVRTC newer than the driver,
+//! even by a minor version, makes PTX it cannot load and is passed over): the dynamic linker's own
 //! search (`LD_LIBRARY_PATH`, the ld.so cache), then the directories of
 //! `TOLK_CUDA_LIBRARY_PATH` (colon-separated), `$CUDA_HOME/lib64`, `$CUDA_PATH/lib64`,
 //! `/usr/local/cuda/lib64` and `/usr/local/cuda/targets/x86_64-linux/lib`.
@@ -72,8 +73,9 @@ fn extra_directories() -> Vec<String> {
     dirs
 }
 
-/// The CUDA major version of the driver (`cuDriverGetVersion`), when a driver is there.
-fn driver_major() -> Option<u32> {
+/// The CUDA version the driver runs (`cuDriverGetVersion`: 1000 x major + 10 x minor),
+/// when a driver is there.
+fn driver_version() -> Option<u32> {
     // SAFETY: only loads libcuda (dlopen); nothing is called when it is absent.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return None;
@@ -81,32 +83,34 @@ fn driver_major() -> Option<u32> {
     let mut version: c_int = 0;
     // SAFETY: cuDriverGetVersion needs no cuInit and writes one int.
     let status = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
-    (status == cudarc::driver::sys::CUresult::CUDA_SUCCESS && version > 0).then_some(version as u32 / 1000)
+    (status == cudarc::driver::sys::CUresult::CUDA_SUCCESS && version > 0).then_some(version as u32)
 }
 
 /// Opens `lib<stem>.so.<major>` for the newest major version the driver runs (any of them
 /// when there is no driver: NVRTC alone compiles without one), else the unversioned
-/// `lib<stem>.so`. The error says what was looked for and where.
-fn open_newest(stem: &str) -> Result<Library, String> {
-    let driver = driver_major();
-    let majors: Vec<u32> = MAJORS.iter().copied().filter(|&m| driver.is_none_or(|d| m <= d)).collect();
+/// `lib<stem>.so`, skipping a library `check` refuses (given the driver's version). The
+/// error says what was looked for, where, and what was refused.
+fn open_newest(stem: &str, check: impl Fn(&Library, Option<u32>) -> Result<(), String>) -> Result<Library, String> {
+    let driver = driver_version();
+    let majors: Vec<u32> = MAJORS.iter().copied().filter(|&m| driver.is_none_or(|d| m <= d / 1000)).collect();
     let dirs = extra_directories();
     let mut names: Vec<String> = majors.iter().map(|m| format!("lib{stem}.so.{m}")).collect();
     names.push(format!("lib{stem}.so"));
+    let mut refused = Vec::new();
     for name in &names {
-        if let Some(lib) = Library::open(name) {
-            return Ok(lib);
-        }
-        for dir in &dirs {
-            if let Some(lib) = Library::open(&format!("{dir}/{name}")) {
-                return Ok(lib);
+        let paths = std::iter::once(name.clone()).chain(dirs.iter().map(|dir| format!("{dir}/{name}")));
+        for lib in paths.filter_map(|path| Library::open(&path)) {
+            match check(&lib, driver) {
+                Ok(()) => return Ok(lib),
+                Err(why) => refused.push(format!("{} ({why})", lib.path)),
             }
         }
     }
     let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
-    let driver = driver.map_or("no driver found".to_string(), |d| format!("the driver runs CUDA {d}"));
+    let driver = driver.map_or("no driver found".to_string(), |d| format!("the driver runs CUDA {}.{}", d / 1000, d % 1000 / 10));
+    let refused = if refused.is_empty() { String::new() } else { format!("; refused: {}", refused.join(", ")) };
     Err(format!(
-        "none of {} could be loaded ({driver}; searched the dynamic linker's path, then {}; TOLK_CUDA_LIBRARY_PATH adds directories)",
+        "none of {} could be loaded ({driver}; searched the dynamic linker's path, then {}; TOLK_CUDA_LIBRARY_PATH adds directories{refused})",
         wanted.join(", "),
         dirs.join(", ")
     ))
@@ -186,7 +190,7 @@ pub(crate) struct Cublas {
 
 impl Cublas {
     fn load() -> Result<Cublas, String> {
-        let lib = open_newest("cublas").map_err(|e| format!("cuBLAS not found: {e}"))?;
+        let lib = open_newest("cublas", |_, _| Ok(())).map_err(|e| format!("cuBLAS not found: {e}"))?;
         // SAFETY: the types are the C signatures of cuBLAS 11-13 (cublas_api.h).
         unsafe {
             Ok(Cublas {
@@ -242,7 +246,20 @@ pub(crate) struct Nvrtc {
 
 impl Nvrtc {
     fn load() -> Result<Nvrtc, String> {
-        let lib = open_newest("nvrtc").map_err(|e| format!("NVRTC (the CUDA runtime compiler) not found: {e}"))?;
+        // PTX from an NVRTC newer than the driver (13.2 on a 13.0 driver) does not load:
+        // such a library is passed over for an older one.
+        let lib = open_newest("nvrtc", |lib, driver| {
+            // SAFETY: nvrtcVersion(int*, int*) writes two ints.
+            let version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status = unsafe { function(lib, "nvrtcVersion")? };
+            let (mut major, mut minor) = (0, 0);
+            unsafe { version(&mut major, &mut minor) };
+            let own = (major.max(0) as u32) * 1000 + (minor.max(0) as u32) * 10;
+            match driver {
+                Some(d) if own > d => Err(format!("NVRTC {major}.{minor} is newer than the driver's CUDA {}.{}", d / 1000, d % 1000 / 10)),
+                _ => Ok(()),
+            }
+        })
+        .map_err(|e| format!("NVRTC (the CUDA runtime compiler) not found: {e}"))?;
         // SAFETY: the types are the C signatures of NVRTC 11-13 (nvrtc.h).
         unsafe {
             Ok(Nvrtc {
