@@ -39,14 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples-c", "python"))
 sys.path.insert(0, os.path.join(ROOT, "ffi-tests", "gpu"))
 
-
-def default_dir(env, name):
-    if os.environ.get(env):
-        return os.path.abspath(os.environ[env])
-    for candidate in (os.path.join(ROOT, "..", "shared", name), os.path.join(ROOT, name)):
-        if os.path.isdir(candidate):
-            return os.path.abspath(candidate)
-    return os.path.join(ROOT, name)
+from bench import default_dir  # noqa: E402  (bench/bench.py: $ENV, ../shared/NAME, NAME/)
 
 
 def load_sources(args):

@@ -499,20 +499,9 @@ impl<B: Backend> Decoder<B> {
         logits: &mut Vec<f32>,
         best: &mut Vec<(usize, f32)>,
     ) -> bool {
-        let x = self.step_layers(ctx, ids, state);
-        let projection = state.output.as_ref().map_or(&self.projection, |o| &o.projection);
-        let found = match projection.best_outputs(&self.backend, ctx, &x, ids.len(), disabled) {
-            Some(found) => {
-                *best = found;
-                true
-            }
-            None => {
-                projection.forward_to_host(&self.backend, ctx, &x, ids.len(), &mut state.logits, logits);
-                false
-            }
-        };
-        state.x = x;
-        found
+        let rows = ids.len();
+        let found = self.step_finding(ctx, ids, state, logits, |projection, x| projection.best_outputs(&self.backend, ctx, x, rows, disabled));
+        found.map(|found| *best = found).is_some()
     }
 
     /// [`Decoder::step`] when each row's `k` best logits and its log-sum-exp are enough
@@ -529,18 +518,27 @@ impl<B: Backend> Decoder<B> {
         logits: &mut Vec<f32>,
         top: &mut TopLogits,
     ) -> bool {
+        let rows = ids.len();
+        let found = self.step_finding(ctx, ids, state, logits, |projection, x| projection.top_outputs(&self.backend, ctx, x, rows, disabled, k));
+        found.map(|found| *top = found).is_some()
+    }
+
+    /// The layers of one step, then `find` on the output layer; where it finds nothing
+    /// (the backend cannot without the whole output), the logits go to `logits`.
+    fn step_finding<T>(
+        &self,
+        ctx: &Ctx,
+        ids: &[u32],
+        state: &mut DecoderState<B>,
+        logits: &mut Vec<f32>,
+        find: impl FnOnce(&Linear<B>, &B::Buffer) -> Option<T>,
+    ) -> Option<T> {
         let x = self.step_layers(ctx, ids, state);
         let projection = state.output.as_ref().map_or(&self.projection, |o| &o.projection);
-        let found = match projection.top_outputs(&self.backend, ctx, &x, ids.len(), disabled, k) {
-            Some(found) => {
-                *top = found;
-                true
-            }
-            None => {
-                projection.forward_to_host(&self.backend, ctx, &x, ids.len(), &mut state.logits, logits);
-                false
-            }
-        };
+        let found = find(projection, &x);
+        if found.is_none() {
+            projection.forward_to_host(&self.backend, ctx, &x, ids.len(), &mut state.logits, logits);
+        }
         state.x = x;
         found
     }
