@@ -46,9 +46,11 @@ thread_local! {
 /// best of 6, int8 GOP/s: 32x65000x512 119 vs 102, 128x2048x512 141 vs 134, 128x512x2048
 /// 149 vs 140; zh-en int8 greedy 3-4% and beam 4 5-10% faster end to end), while on the
 /// AVX-512 cores the AVX2 path was measured on when forced down to it (Zen 5, Sapphire
-/// Rapids) hexadecets won. CPUs whose native level is AVX2 (Zen 1-3, Intel before Ice
-/// Lake) have the narrower load and multiply ports, so hexadecets are taken at AVX2 only
-/// on a CPU with AVX-512. `TOLK_INT8_HEXADECETS=0|1` overrides this, to measure a new core.
+/// Rapids) hexadecets won. An AVX-512 core without VNNI (Skylake-SP, 2026-11-28) sided
+/// with Zen 3: octets 4-5% faster at int8 beam 4 forced to AVX2 (132-134 against 128
+/// tokens/s, alternating runs). So hexadecets are taken at AVX2 only on a CPU with AVX-512
+/// VNNI, the newer cores with the wider ports. `TOLK_INT8_HEXADECETS=0|1` overrides this,
+/// to measure a new core.
 /// (The spill is not what holds them back on Zen 3: written in assembly within the 16
 /// registers, a pair's hexadecets ran at 181 GOP/s against octets' 150 in a loop over L1
 /// with every step planned alike, yet a whole tile with a real plan, 83% hexadecets, ran
@@ -60,7 +62,7 @@ pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
             *AVX2.get_or_init(|| match std::env::var("TOLK_INT8_HEXADECETS").as_deref() {
                 Ok("0") => false,
                 Ok("1") => true,
-                _ => Isa::Avx512Bw.is_supported(),
+                _ => Isa::Avx512Vnni.is_supported(),
             })
         }),
         _ => true,
