@@ -1,7 +1,7 @@
 //! The planned int8 product with 256-bit AVX2 (see `plan`): per unit of rows, each k step
 //! through the kernel its plan names.
 
-use super::plan::{for_each_bit, GroupPlan, Kind};
+use super::plan::{for_each_bit_by_runs, GroupPlan, Kind};
 use super::{TileOut, NR};
 use std::arch::x86_64::*;
 
@@ -47,7 +47,7 @@ unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u
     // Hexadecets (pairs of rows only) 16 columns at a time: two rows' 4 sums, 8 broadcasts
     // and the weights fit the 16 registers (all 32 columns would spill).
     for half in [0, 2] {
-        for_each_bit!(hexadecets, |h| {
+        for_each_bit_by_runs!(hexadecets, |h| {
             if half == 0 {
                 pf.step();
                 pf.step();
@@ -69,7 +69,7 @@ unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u
             }
         });
     }
-    for_each_bit!(octets, |o| {
+    for_each_bit_by_runs!(octets, |o| {
         pf.step();
         let g = 2 * o;
         let (mut xa_, mut xb_) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
@@ -84,7 +84,7 @@ unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u
             }
         }
     });
-    for_each_bit!(quads, |g| {
+    for_each_bit_by_runs!(quads, |g| {
         let mut xv = [_mm256_setzero_si256(); R];
         for r in 0..R {
             xv[r] = broadcast(a, g, r0 + r);
@@ -96,7 +96,7 @@ unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u
             }
         }
     });
-    for_each_bit!(exact, |g| {
+    for_each_bit_by_runs!(exact, |g| {
         for r in 0..R {
             let xv = broadcast(a, g, r0 + r);
             let xav = _mm256_abs_epi8(xv);
