@@ -352,7 +352,7 @@ mod x86 {
                     }
                 }
             };
-            // Two k steps per turn of the loop: one step's 21 instructions are within 4 of
+            // Two k steps per turn of the loop: one step's 21 instructions are within 3 of
             // what the 4-wide front end issues while the FMA ports take 6 cycles, and
             // the loop's own count and branch made the difference (Skylake-SP, gemm_bench
             // float32 128x2048x512: 54 -> 63 GFLOP/s; by four, the accumulators spilled).

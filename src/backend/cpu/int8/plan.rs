@@ -364,7 +364,7 @@ mod tests {
     #[test]
     fn walking_by_runs_visits_every_set_bit_in_order() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut cases = vec![vec![0u64], vec![!0u64], vec![1 << 63, 1], vec![!0, 0, !0 >> 1, 0x8000_0000_0000_0001], vec![0xaaaa_aaaa_aaaa_aaaa, 0x0ff0_0ff0_f00f_0ff0]];
+        let mut cases = vec![vec![0u64], vec![!0u64], vec![1 << 63, 1], vec![!0, 0, !0 >> 1, 0x8000_0000_0000_0001], vec![0xaaaa_aaaa_aaaa_aaaa, 0x0ff0_0ff0_f00f_0ff0], vec![!0 << 60, 0xffff_0000_ffff_0000]];
         for _ in 0..200 {
             cases.push((0..3).map(|_| { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; seed & (seed >> 1) }).collect());
         }
