@@ -338,20 +338,21 @@ mod x86 {
         let k = t.k;
         let x = t.x.as_ptr().add(r0 * k);
         let w = t.panel.as_ptr();
+        // One k step of the tile.
+        let step = |kk: usize, acc: &mut [[__m256; NV]; MR]| {
+            let mut xv = [_mm256_setzero_ps(); MR];
+            for (r, v) in xv.iter_mut().enumerate() {
+                *v = _mm256_set1_ps(*x.add(r * k + kk));
+            }
+            for j in 0..NV {
+                let wv = _mm256_loadu_ps(w.add(kk * NR + 8 * j));
+                for (acc, &xv) in acc.iter_mut().zip(&xv) {
+                    acc[j] = _mm256_fmadd_ps(xv, wv, acc[j]);
+                }
+            }
+        };
         for (line, run) in prefetch_runs(t.prefetch, k) {
             prefetch_l2(line);
-            let step = |kk: usize, acc: &mut [[__m256; NV]; MR]| {
-                let mut xv = [_mm256_setzero_ps(); MR];
-                for (r, v) in xv.iter_mut().enumerate() {
-                    *v = _mm256_set1_ps(*x.add(r * k + kk));
-                }
-                for j in 0..NV {
-                    let wv = _mm256_loadu_ps(w.add(kk * NR + 8 * j));
-                    for (acc, &xv) in acc.iter_mut().zip(&xv) {
-                        acc[j] = _mm256_fmadd_ps(xv, wv, acc[j]);
-                    }
-                }
-            };
             // Two k steps per turn of the loop: one step's 21 instructions are within 3 of
             // what the 4-wide front end issues while the FMA ports take 6 cycles, and
             // the loop's own count and branch made the difference (Skylake-SP, gemm_bench

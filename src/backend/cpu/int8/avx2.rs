@@ -1,7 +1,7 @@
 //! The planned int8 product with 256-bit AVX2 (see `plan`): per unit of rows, each k step
 //! through the kernel its plan names.
 
-use super::plan::{for_each_run, GroupPlan, Kind};
+use super::plan::{for_each_bit_by_runs, GroupPlan, Kind};
 use super::{TileOut, NR};
 use std::arch::x86_64::*;
 
@@ -47,70 +47,62 @@ unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u
     // Hexadecets (pairs of rows only) 16 columns at a time: two rows' 4 sums, 8 broadcasts
     // and the weights fit the 16 registers (all 32 columns would spill).
     for half in [0, 2] {
-        for_each_run!(hexadecets, |run| {
-            for h in run {
-                if half == 0 {
-                    pf.step();
-                    pf.step();
+        for_each_bit_by_runs!(hexadecets, |h| {
+            if half == 0 {
+                pf.step();
+                pf.step();
+            }
+            let g = 4 * h;
+            let mut xv = [[_mm256_setzero_si256(); 4]; R];
+            for r in 0..R {
+                for i in 0..4 {
+                    xv[r][i] = broadcast(a, g + i, r0 + r);
                 }
-                let g = 4 * h;
-                let mut xv = [[_mm256_setzero_si256(); 4]; R];
+            }
+            for j in half..half + 2 {
+                let wv = [0, 1, 2, 3].map(|i| load_weights(w, g + i, j));
                 for r in 0..R {
-                    for i in 0..4 {
-                        xv[r][i] = broadcast(a, g + i, r0 + r);
-                    }
-                }
-                for j in half..half + 2 {
-                    let wv = [0, 1, 2, 3].map(|i| load_weights(w, g + i, j));
-                    for r in 0..R {
-                        let p01 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], xv[r][0]), _mm256_maddubs_epi16(wv[1], xv[r][1]));
-                        let p23 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], xv[r][2]), _mm256_maddubs_epi16(wv[3], xv[r][3]));
-                        s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), ones));
-                    }
+                    let p01 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], xv[r][0]), _mm256_maddubs_epi16(wv[1], xv[r][1]));
+                    let p23 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], xv[r][2]), _mm256_maddubs_epi16(wv[3], xv[r][3]));
+                    s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), ones));
                 }
             }
         });
     }
-    for_each_run!(octets, |run| {
-        for o in run {
-            pf.step();
-            let g = 2 * o;
-            let (mut xa_, mut xb_) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+    for_each_bit_by_runs!(octets, |o| {
+        pf.step();
+        let g = 2 * o;
+        let (mut xa_, mut xb_) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+        for r in 0..R {
+            (xa_[r], xb_[r]) = (broadcast(a, g, r0 + r), broadcast(a, g + 1, r0 + r));
+        }
+        for j in 0..4 {
+            let (wa, wb) = (load_weights(w, g, j), load_weights(w, g + 1, j));
             for r in 0..R {
-                (xa_[r], xb_[r]) = (broadcast(a, g, r0 + r), broadcast(a, g + 1, r0 + r));
-            }
-            for j in 0..4 {
-                let (wa, wb) = (load_weights(w, g, j), load_weights(w, g + 1, j));
-                for r in 0..R {
-                    let p = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa_[r]), _mm256_maddubs_epi16(wb, xb_[r]));
-                    s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
-                }
+                let p = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa_[r]), _mm256_maddubs_epi16(wb, xb_[r]));
+                s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
             }
         }
     });
-    for_each_run!(quads, |run| {
-        for g in run {
-            let mut xv = [_mm256_setzero_si256(); R];
+    for_each_bit_by_runs!(quads, |g| {
+        let mut xv = [_mm256_setzero_si256(); R];
+        for r in 0..R {
+            xv[r] = broadcast(a, g, r0 + r);
+        }
+        for j in 0..4 {
+            let wj = load_weights(w, g, j);
             for r in 0..R {
-                xv[r] = broadcast(a, g, r0 + r);
-            }
-            for j in 0..4 {
-                let wj = load_weights(w, g, j);
-                for r in 0..R {
-                    s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_maddubs_epi16(wj, xv[r]), ones));
-                }
+                s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_maddubs_epi16(wj, xv[r]), ones));
             }
         }
     });
-    for_each_run!(exact, |run| {
-        for g in run {
-            for r in 0..R {
-                let xv = broadcast(a, g, r0 + r);
-                let xav = _mm256_abs_epi8(xv);
-                for j in 0..4 {
-                    let p = _mm256_maddubs_epi16(xav, _mm256_sign_epi8(super::x86::signed256(w.add(g * NR * 4 + 32 * j)), xv));
-                    s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
-                }
+    for_each_bit_by_runs!(exact, |g| {
+        for r in 0..R {
+            let xv = broadcast(a, g, r0 + r);
+            let xav = _mm256_abs_epi8(xv);
+            for j in 0..4 {
+                let p = _mm256_maddubs_epi16(xav, _mm256_sign_epi8(super::x86::signed256(w.add(g * NR * 4 + 32 * j)), xv));
+                s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
             }
         }
     });

@@ -334,28 +334,28 @@ macro_rules! for_each_bit {
 }
 pub(super) use for_each_bit;
 
-/// Calls `$body` with `$run` bound to each run of consecutive set bits of the mask words
-/// `$words` (as a range of bit indices; a run ends at a word's end), ascending. The AVX2
-/// kernel counts through each run: found bit by bit, a step costs some ten scalar
+/// [`for_each_bit`] walking the runs of consecutive set bits and counting through each run
+/// (a run ends at a word's end). Found bit by bit, a step costs some ten scalar
 /// instructions, which on Intel cores issue to the ports of the 256-bit multiplies and
-/// additions (Skylake-SP, the AVX2 kernel on octets, gemm_bench 128x2048x512: 97 -> 112-116
-/// GOP/s). The 512-bit kernel keeps `for_each_bit`: its hexadecets come in short runs, and
-/// it ran 3-6% slower by runs (its vector work has two ports of its own; 2026-11-28).
-macro_rules! for_each_run {
-    ($words:expr, |$run:ident| $body:block) => {
+/// additions: the AVX2 kernel walks by runs (Skylake-SP, octets, gemm_bench 128x2048x512:
+/// 97 -> 112-116 GOP/s). The 512-bit kernel keeps `for_each_bit`: by runs it ran 3-6%
+/// slower there (2026-11-28).
+macro_rules! for_each_bit_by_runs {
+    ($words:expr, |$i:ident| $body:block) => {
         for (wi, &word) in $words.iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
                 let low = bits.trailing_zeros() as usize;
                 let len = (!(bits >> low)).trailing_zeros() as usize;
                 bits = if low + len >= 64 { 0 } else { bits & (!0u64 << (low + len)) };
-                let $run = wi * 64 + low..wi * 64 + low + len;
-                $body
+                for $i in wi * 64 + low..wi * 64 + low + len {
+                    $body
+                }
             }
         }
     };
 }
-pub(super) use for_each_run;
+pub(super) use for_each_bit_by_runs;
 
 #[cfg(test)]
 mod tests {
@@ -371,7 +371,7 @@ mod tests {
         for words in cases {
             let (mut by_bits, mut by_runs) = (Vec::new(), Vec::new());
             for_each_bit!(words, |i| { by_bits.push(i); });
-            for_each_run!(words, |run| { by_runs.extend(run); });
+            for_each_bit_by_runs!(words, |i| { by_runs.push(i); });
             let expected: Vec<usize> = (0..64 * words.len()).filter(|&i| words[i / 64] >> (i % 64) & 1 == 1).collect();
             assert_eq!(by_bits, expected, "{words:x?}");
             assert_eq!(by_runs, expected, "{words:x?}");
