@@ -9,13 +9,23 @@ use std::arch::x86_64::*;
 /// panel: rows two at a time (a unit), then the odd one.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn tile(x: &[u8], plan: &GroupPlan, panel: &[u8], kp: usize, t: &TileOut) {
+    // Only the first unit fetches the tile's share of the next block; the others are
+    // instantiated without the prefetcher's per-step check.
     let mut r = 0;
     while r + 2 <= t.rows {
-        unit::<2>(x, plan, r, panel, kp, t);
+        if r == 0 && !t.prefetch.is_empty() {
+            unit::<2, true>(x, plan, r, panel, kp, t);
+        } else {
+            unit::<2, false>(x, plan, r, panel, kp, t);
+        }
         r += 2;
     }
     if r < t.rows {
-        unit::<1>(x, plan, r, panel, kp, t);
+        if r == 0 && !t.prefetch.is_empty() {
+            unit::<1, true>(x, plan, r, panel, kp, t);
+        } else {
+            unit::<1, false>(x, plan, r, panel, kp, t);
+        }
     }
 }
 
@@ -33,22 +43,34 @@ unsafe fn load_weights(w: *const u8, g: usize, j: usize) -> __m256i {
     _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _)
 }
 
+/// `vpmaddwd` by ones (adjacent int16 lanes summed to int32) with the ones read from
+/// memory: as a register they made the octet loop's 17th live value, and the compiler
+/// spilled an accumulator instead (a load and a store every step).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn pair_sums(p: __m256i) -> __m256i {
+    static ONES: [i16; 16] = [1; 16];
+    let mut v = p;
+    std::arch::asm!("vpmaddwd {v}, {v}, ymmword ptr [{ones}]", v = inout(ymm_reg) v, ones = in(reg) ONES.as_ptr(), options(pure, readonly, nostack, preserves_flags));
+    v
+}
+
 #[inline]
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
+unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
     let (a, w) = (x.as_ptr(), panel.as_ptr());
     let unit = r0 / 2;
     let (hexadecets, octets) = (plan.steps(unit, Kind::Hexadecets), plan.steps(unit, Kind::Octets));
     let (quads, exact) = (plan.steps(unit, Kind::Quads), plan.steps(unit, Kind::Exact));
     let ones = _mm256_set1_epi16(1);
     let mut s = [[_mm256_setzero_si256(); 4]; R];
-    let mut pf = super::x86::Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 8);
+    let mut pf = super::x86::Prefetcher::new(if PREFETCH { t.prefetch } else { &[] }, kp / 8);
     // Hexadecets (pairs of rows only) 16 columns at a time: two rows' 4 sums, 8 broadcasts
     // and the weights fit the 16 registers (all 32 columns would spill).
     for half in [0, 2] {
         for_each_bit_by_runs!(hexadecets, |h| {
-            if half == 0 {
+            if PREFETCH && half == 0 {
                 pf.step();
                 pf.step();
             }
@@ -70,7 +92,9 @@ unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u
         });
     }
     for_each_bit_by_runs!(octets, |o| {
-        pf.step();
+        if PREFETCH {
+            pf.step();
+        }
         let g = 2 * o;
         let (mut xa_, mut xb_) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
         for r in 0..R {
@@ -80,7 +104,7 @@ unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u
             let (wa, wb) = (load_weights(w, g, j), load_weights(w, g + 1, j));
             for r in 0..R {
                 let p = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa_[r]), _mm256_maddubs_epi16(wb, xb_[r]));
-                s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
+                s[r][j] = _mm256_add_epi32(s[r][j], pair_sums(p));
             }
         }
     });

@@ -28,6 +28,8 @@ mod avx2;
 mod avx512bw;
 #[cfg(target_arch = "x86_64")]
 mod plan;
+#[cfg(target_arch = "x86_64")]
+mod quantize_avx2;
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
@@ -331,50 +333,37 @@ fn quantize_row_intgemm(row: &[f32], group: &mut [u8], lane: usize, scale: f32) 
 /// Quantizes one activation row into lane `lane` of its interleaved group; returns the
 /// scale: `fixed_scale`, or the row's own (`127 / max|x|`).
 fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
-    #[inline(always)]
-    fn generic(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
-        // A fixed scale may take values past ±127: they are clamped to ±127 (never -128,
-        // which the sign trick of the AVX2 kernels cannot negate), as intgemm does.
-        let (scale, low) = match fixed_scale {
-            Some(scale) => (scale, 1.0f32),
-            None => (row_amax_scale(row), 0.0),
-        };
-        // Rounded after the +128 shift, fused, exactly as CTranslate2's AVX2/AVX-512 kernels
-        // do (`vfmadd132ps` then `vroundps`); unshifted paths subtract the shift back.
-        let flip = if shifted { 0 } else { 0x80u8 };
-        let mut q = [0u8; 64];
-        for (c, chunk) in row.chunks(64).enumerate() {
-            for (o, &v) in q.iter_mut().zip(chunk) {
-                // Adding 1.5 * 2^23 rounds to an integer, half to even, in the low mantissa
-                // bits: a conversion the compiler vectorizes (`as i32` is not, with its
-                // saturating NaN rules).
-                let y = v.mul_add(scale, 128.0).max(low).min(255.0);
-                *o = ((y + 12_582_912.0).to_bits() as u8) ^ flip;
-            }
-            store_groups(&q, chunk.len(), c, group, lane);
-        }
-        scale
+    #[cfg(target_arch = "x86_64")]
+    if isa::current().float_level() != isa::FloatLevel::Scalar {
+        // SAFETY: both vector levels have AVX2 and FMA, and isa::current() never reports
+        // more than the CPU supports.
+        return unsafe { quantize_avx2::quantize_row(row, group, lane, shifted, fixed_scale) };
     }
-    #[inline(always)]
-    fn row_amax_scale(row: &[f32]) -> f32 {
-        let mut amax = [0.0f32; 16];
-        let chunks = row.chunks_exact(16);
-        for (i, &v) in chunks.remainder().iter().enumerate() {
-            amax[i] = amax[i].max(v.abs());
+    quantize_row_scalar(row, group, lane, shifted, fixed_scale)
+}
+
+/// [`quantize_row`] without vector instructions, the reference of its AVX2 twin.
+fn quantize_row_scalar(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
+    // A fixed scale may take values past ±127: they are clamped to ±127 (never -128,
+    // which the sign trick of the AVX2 kernels cannot negate), as intgemm does.
+    let (scale, low) = match fixed_scale {
+        Some(scale) => (scale, 1.0f32),
+        None => (row_scale(row), 0.0),
+    };
+    // Rounded after the +128 shift, fused, exactly as CTranslate2's AVX2/AVX-512 kernels
+    // do (`vfmadd132ps` then `vroundps`); unshifted paths subtract the shift back.
+    let flip = if shifted { 0 } else { 0x80u8 };
+    let mut q = [0u8; 64];
+    for (c, chunk) in row.chunks(64).enumerate() {
+        q.fill(0);
+        for (o, &v) in q.iter_mut().zip(chunk) {
+            // Adding 1.5 * 2^23 rounds to an integer, half to even, in the low mantissa bits.
+            let y = v.mul_add(scale, 128.0).max(low).min(255.0);
+            *o = ((y + 12_582_912.0).to_bits() as u8) ^ flip;
         }
-        for c in chunks {
-            for l in 0..16 {
-                amax[l] = amax[l].max(c[l].abs());
-            }
-        }
-        let amax = amax.iter().fold(0.0f32, |a, &b| a.max(b));
-        if amax != 0.0 {
-            127.0 / amax
-        } else {
-            1.0
-        }
+        store_groups(&q, chunk.len(), c, group, lane);
     }
-    super::isa::dispatch_isa!(generic(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32)
+    scale
 }
 
 
@@ -905,6 +894,41 @@ mod tests {
             }
         }
         y
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_avx2_quantizer_writes_the_scalar_bytes() {
+        if !Isa::Avx2.is_supported() {
+            eprintln!("no AVX2: nothing to compare");
+            return;
+        }
+        let mut seed = 11;
+        let specials = [0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-40, 0.5, -0.5, 1.5];
+        for k in (1..=70).chain([127, 512, 2048, 2051]) {
+            for case in 0..4 {
+                let row: Vec<f32> = (0..k)
+                    .map(|i| match case {
+                        0 => lcg(&mut seed) * 5.0,
+                        1 => 0.0,
+                        // Values that land half-way between integers once scaled.
+                        2 => (i % 9) as f32 * 0.5 - 2.0,
+                        _ if i % 7 == 3 => specials[i % specials.len()],
+                        _ => lcg(&mut seed) * 1e3,
+                    })
+                    .collect();
+                for (shifted, fixed) in [(false, None), (true, None), (false, Some(40.0)), (true, Some(0.37))] {
+                    let lane = (k + case) % MR;
+                    let size = k.div_ceil(4) * MR * 4;
+                    let (mut want, mut got) = (vec![0x55u8; size], vec![0x55u8; size]);
+                    let scale = quantize_row_scalar(&row, &mut want, lane, shifted, fixed);
+                    // SAFETY: is_supported checked AVX2 and FMA.
+                    let scale2 = unsafe { quantize_avx2::quantize_row(&row, &mut got, lane, shifted, fixed) };
+                    assert_eq!(scale.to_bits(), scale2.to_bits(), "k {k} case {case}");
+                    assert_eq!(want, got, "k {k} case {case} shifted {shifted} fixed {fixed:?}");
+                }
+            }
+        }
     }
 
     #[test]

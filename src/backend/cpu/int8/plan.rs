@@ -184,12 +184,6 @@ impl Plans {
     }
 }
 
-/// Sets bit `i` of a mask.
-#[inline(always)]
-fn set(mask: &mut [u64], i: usize) {
-    mask[i / 64] |= 1 << (i % 64);
-}
-
 /// Step `g` (4 k of the `MR` rows, 32 bytes) of an interleaved group.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -249,16 +243,14 @@ impl GroupPlanner<'_> {
     #[inline(always)]
     fn mark(&self, masks: &mut [u64], kind: Kind, i: usize, over: u32, units: u32) -> u32 {
         let mut rest = 0;
+        // The word of bit `i` in unit 0's mask of `kind`; unit `u`'s is `words * u` later.
+        let (word, bit) = (self.layout.start[kind as usize] + i / 64, 1u64 << (i % 64));
+        // Without branches: which units fit depends on the data, and mispredicting it cost
+        // more than the planning itself (`units` is made of whole units' bits).
         for (u, bits) in self.unit_bits.into_iter().enumerate() {
-            if bits & units == 0 {
-                continue;
-            }
-            if over & bits == 0 {
-                let unit = &mut masks[u * self.layout.words..(u + 1) * self.layout.words];
-                set(&mut unit[self.layout.range(kind)], i);
-            } else {
-                rest |= bits;
-            }
+            let (mine, over) = (bits & units, over & bits != 0);
+            masks[u * self.layout.words + word] |= bit & ((mine != 0 && !over) as u64).wrapping_neg();
+            rest |= mine & (over as u32).wrapping_neg();
         }
         rest
     }
