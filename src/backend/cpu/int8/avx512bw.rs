@@ -18,13 +18,23 @@ use std::arch::x86_64::*;
 /// unit), then the odd one.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn tile(x: &[u8], plan: &GroupPlan, panel: &[u8], kp: usize, t: &TileOut) {
+    // Only the first unit fetches the tile's share of the next block; the others are
+    // instantiated without the prefetcher's per-step check.
     let mut r = 0;
     while r + 2 <= t.rows {
-        unit::<2>(x, plan, r, panel, kp, t);
+        if r == 0 && !t.prefetch.is_empty() {
+            unit::<2, true>(x, plan, r, panel, kp, t);
+        } else {
+            unit::<2, false>(x, plan, r, panel, kp, t);
+        }
         r += 2;
     }
     if r < t.rows {
-        unit::<1>(x, plan, r, panel, kp, t);
+        if r == 0 && !t.prefetch.is_empty() {
+            unit::<1, true>(x, plan, r, panel, kp, t);
+        } else {
+            unit::<1, false>(x, plan, r, panel, kp, t);
+        }
     }
 }
 
@@ -45,17 +55,19 @@ unsafe fn load_weights(w: *const u8, g: usize, j: usize) -> __m512i {
 #[inline]
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
+unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
     let (a, w) = (x.as_ptr(), panel.as_ptr());
     let unit = r0 / 2;
     let (hexadecets, octets) = (plan.steps(unit, Kind::Hexadecets), plan.steps(unit, Kind::Octets));
     let (quads, exact) = (plan.steps(unit, Kind::Quads), plan.steps(unit, Kind::Exact));
     let ones = _mm512_set1_epi16(1);
     let mut s = [[_mm512_setzero_si512(); 2]; R];
-    let mut pf = Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 8);
+    let mut pf = Prefetcher::new(if PREFETCH { t.prefetch } else { &[] }, kp / 8);
     for_each_bit!(hexadecets, |h| {
-        pf.step();
-        pf.step();
+        if PREFETCH {
+            pf.step();
+            pf.step();
+        }
         let g = 4 * h;
         let mut xv = [[_mm512_setzero_si512(); 4]; R];
         for r in 0..R {
@@ -73,7 +85,9 @@ unsafe fn unit<const R: usize>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u
         }
     });
     for_each_bit!(octets, |o| {
-        pf.step();
+        if PREFETCH {
+            pf.step();
+        }
         let g = 2 * o;
         let (mut xa, mut xb) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
         for r in 0..R {
