@@ -49,9 +49,12 @@ unsafe fn load_weights(w: *const u8, g: usize, j: usize) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn pair_sums(p: __m256i) -> __m256i {
-    static ONES: [i16; 16] = [1; 16];
+    /// Aligned, so that the load never straddles two cache lines.
+    #[repr(align(32))]
+    struct Ones([i16; 16]);
+    static ONES: Ones = Ones([1; 16]);
     let mut v = p;
-    std::arch::asm!("vpmaddwd {v}, {v}, ymmword ptr [{ones}]", v = inout(ymm_reg) v, ones = in(reg) ONES.as_ptr(), options(pure, readonly, nostack, preserves_flags));
+    std::arch::asm!("vpmaddwd {v}, {v}, ymmword ptr [{ones}]", v = inout(ymm_reg) v, ones = in(reg) ONES.0.as_ptr(), options(pure, readonly, nostack, preserves_flags));
     v
 }
 

@@ -299,8 +299,8 @@ thread_local! {
 }
 
 /// Stores the quantized bytes of 64-value chunk `chunk` of a row (`len` of them) into lane
-/// `lane` of the row's interleaved group, whole 4-byte groups (a tail group carries stale
-/// bytes against zero weights).
+/// `lane` of the row's interleaved group, whole 4-byte groups (a tail group carries the
+/// bytes of `q` past `len`, against zero weights).
 #[inline(always)]
 fn store_groups(q: &[u8; 64], len: usize, chunk: usize, group: &mut [u8], lane: usize) {
     for i in 0..len.div_ceil(4) {
@@ -906,13 +906,16 @@ mod tests {
         let mut seed = 11;
         let specials = [0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-40, 0.5, -0.5, 1.5];
         for k in (1..=70).chain([127, 512, 2048, 2051]) {
-            for case in 0..4 {
+            for case in 0..5 {
                 let row: Vec<f32> = (0..k)
                     .map(|i| match case {
                         0 => lcg(&mut seed) * 5.0,
                         1 => 0.0,
                         // Values that land half-way between integers once scaled.
                         2 => (i % 9) as f32 * 0.5 - 2.0,
+                        // NaNs among finite values: skipped by the maximum, `low` once scaled.
+                        3 if i % 5 == 2 => f32::NAN,
+                        3 => lcg(&mut seed) * 7.0,
                         _ if i % 7 == 3 => specials[i % specials.len()],
                         _ => lcg(&mut seed) * 1e3,
                     })

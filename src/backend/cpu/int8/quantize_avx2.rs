@@ -17,7 +17,7 @@ pub(super) unsafe fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, sh
     let flip: u8 = if shifted { 0 } else { 0x80 };
     let k = row.len();
     let whole = k / 32 * 32;
-    assert!(lane < MR && group.len() >= k.div_ceil(4) * MR * 4, "quantize_row: group too small");
+    assert!(lane < MR && group.len() >= k.div_ceil(4) * MR * 4, "quantize_row: lane past the group or group too small");
     let (vscale, vshift, vlow, vhigh) = (_mm256_set1_ps(scale), _mm256_set1_ps(128.0), _mm256_set1_ps(low), _mm256_set1_ps(255.0));
     let vflip = _mm256_set1_epi8(flip as i8);
     let (x, base) = (row.as_ptr(), group.as_mut_ptr());
