@@ -48,12 +48,27 @@ fn weight(byte: u8) -> i8 {
 
 /// Quantization scale of a row as CTranslate2 computes it.
 pub fn row_scale(v: &[f32]) -> f32 {
-    let amax = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    scale_of_amax(v.iter().fold(0.0f32, |m, x| m.max(x.abs())))
+}
+
+/// The scale of a row whose largest magnitude is `amax`: `127 / amax`, or 1 for a zero row.
+#[inline(always)]
+fn scale_of_amax(amax: f32) -> f32 {
     if amax != 0.0 {
         127.0 / amax
     } else {
         1.0
     }
+}
+
+/// One activation byte: `fma(v, scale, 128)` clamped to `[low, 255]` (a NaN becomes `low`:
+/// `max` takes the number), rounded half to even, XORed with `flip`.
+#[inline(always)]
+fn quantize_byte(v: f32, scale: f32, low: f32, flip: u8) -> u8 {
+    #[allow(clippy::manual_clamp)]
+    let y = v.mul_add(scale, 128.0).max(low).min(255.0);
+    // Adding 1.5 * 2^23 rounds to an integer, half to even, in the low mantissa bits.
+    ((y + 12_582_912.0).to_bits() as u8) ^ flip
 }
 
 /// A weight value: `round(v * scale)` as an int8, rounding half to even as CTranslate2's
@@ -357,9 +372,7 @@ fn quantize_row_scalar(row: &[f32], group: &mut [u8], lane: usize, shifted: bool
     for (c, chunk) in row.chunks(64).enumerate() {
         q.fill(0);
         for (o, &v) in q.iter_mut().zip(chunk) {
-            // Adding 1.5 * 2^23 rounds to an integer, half to even, in the low mantissa bits.
-            let y = v.mul_add(scale, 128.0).max(low).min(255.0);
-            *o = ((y + 12_582_912.0).to_bits() as u8) ^ flip;
+            *o = quantize_byte(v, scale, low, flip);
         }
         store_groups(&q, chunk.len(), c, group, lane);
     }

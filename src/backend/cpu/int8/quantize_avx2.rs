@@ -3,7 +3,7 @@
 //! were stored 4 at a time through a scalar loop), 16% of a 32-row product with 512
 //! outputs, together with its plan.
 
-use super::MR;
+use super::{quantize_byte, scale_of_amax, MR};
 use std::arch::x86_64::*;
 
 /// `quantize_row_scalar` for a CPU with AVX2 and FMA: lane `lane` of the row's interleaved
@@ -49,8 +49,7 @@ pub(super) unsafe fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, sh
     // bytes, against zero weights.
     let mut tail = [0u8; 32];
     for (o, &v) in tail.iter_mut().zip(&row[whole..]) {
-        let y = v.mul_add(scale, 128.0).max(low).min(255.0);
-        *o = ((y + 12_582_912.0).to_bits() as u8) ^ flip;
+        *o = quantize_byte(v, scale, low, flip);
     }
     for i in 0..(k - whole).div_ceil(4) {
         out(whole / 4 + i).write_unaligned(i32::from_le_bytes(tail[4 * i..4 * i + 4].try_into().expect("4 bytes")));
@@ -75,10 +74,5 @@ unsafe fn amax_scale(row: &[f32]) -> f32 {
     let v = _mm256_max_ps(_mm256_max_ps(acc[0], acc[1]), _mm256_max_ps(acc[2], acc[3]));
     let mut lanes = [0.0f32; 8];
     _mm256_storeu_ps(lanes.as_mut_ptr(), v);
-    let amax = rest.iter().chain(&lanes).fold(0.0f32, |m, &x| m.max(x.abs()));
-    if amax != 0.0 {
-        127.0 / amax
-    } else {
-        1.0
-    }
+    scale_of_amax(rest.iter().chain(&lanes).fold(0.0f32, |m, &x| m.max(x.abs())))
 }
