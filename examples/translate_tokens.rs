@@ -1,12 +1,13 @@
 //! Translates space-separated tokens read from stdin: `cargo run --release --example
-//! translate_tokens -- MODEL_DIR [BEAM]`. A minimal use of the Rust API.
+//! translate_tokens -- MODEL_DIR [BEAM] [COMPUTE_TYPE]`. A minimal use of the Rust API.
 use std::io::BufRead;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let dir = args.get(1).expect("usage: translate_tokens MODEL_DIR [BEAM]");
+    let dir = args.get(1).expect("usage: translate_tokens MODEL_DIR [BEAM] [COMPUTE_TYPE]");
     let beam: usize = args.get(2).map(|b| b.parse().expect("BEAM is a number")).unwrap_or(1);
-    let model = tolk::Model::load(dir).unwrap_or_else(|e| panic!("{e}"));
+    let compute = args.get(3).map(|c| tolk::ComputeType::parse(c).unwrap_or_else(|e| panic!("{e}"))).unwrap_or_default();
+    let model = tolk::Model::load_with(dir, compute).unwrap_or_else(|e| panic!("{e}"));
     let translator = tolk::Translator::with_config(&model, &Default::default()).unwrap();
     let source: Vec<Vec<String>> = std::io::stdin()
         .lock()

@@ -1,0 +1,35 @@
+"""The README's benchmark command runs: bench/bench.py on a few verses, both engines, two
+alternating rounds, writes a table whose rows carry each round's time and keep the best."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import data_root_path, models_root_path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ZH_EN = os.path.join(models_root_path(), "zh-en-ct2")
+
+pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(ZH_EN, "model.bin")), reason="no zh-en model")
+
+
+def test_bench_alternates_rounds_and_keeps_each_engines_best(tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--limit", "4", "--beams", "1",
+           "--compute-types", "int8", "--rounds", "2", "--models", models_root_path(), "--data", data_root_path(),
+           "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Engines alternate: Tolk, CTranslate2, Tolk, CTranslate2.
+    order = [line.split(" int8")[0] for line in proc.stderr.splitlines() if line.startswith("running ")]
+    assert order == ["running Tolk", "running CTranslate2"] * 2, order
+    doc = json.loads(out.read_text())
+    rows = {r["engine"]: r for r in doc["rows"]}
+    assert set(rows) == {"tolk", "ct2"}, doc["rows"]
+    for r in rows.values():
+        assert len(r["round_seconds"]) == 2 and r["seconds"] == min(r["round_seconds"]), r
+        assert r["tokens"] > 0 and r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
+    assert rows["tolk"]["tolk_over_ct2"] == pytest.approx(rows["tolk"]["tokens_per_s"] / rows["ct2"]["tokens_per_s"])
+    assert "in each of 2 alternating rounds" in proc.stdout
