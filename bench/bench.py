@@ -358,7 +358,7 @@ def main():
             "date": started,
             "cpu": cpu_model(), "cpus": ncpu, "python": platform.python_version(),
             "models": args.models, "data": args.data, "sentences": len(zh),
-            "max_batch_size": args.max_batch_size, "threads": args.threads, "repeat": args.repeat,
+            "max_batch_size": args.max_batch_size, "threads": args.threads, "repeat": args.repeat, "rounds": args.rounds,
             "vmap": args.vmap,
             "load_average": [load_before[0], load_after[0]],
         }

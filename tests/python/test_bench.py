@@ -32,4 +32,4 @@ def test_bench_alternates_rounds_and_keeps_each_engines_best(tmp_path):
         assert len(r["round_seconds"]) == 2 and r["seconds"] == min(r["round_seconds"]), r
         assert r["tokens"] > 0 and r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
     assert rows["tolk"]["tolk_over_ct2"] == pytest.approx(rows["tolk"]["tokens_per_s"] / rows["ct2"]["tokens_per_s"])
-    assert "in each of 2 alternating rounds" in proc.stdout
+    assert "in each of 2 alternating rounds" in proc.stdout and doc["meta"]["rounds"] == 2
