@@ -217,6 +217,8 @@ def main():
         os.environ.update(TOLK_CPU_ISA=args.isa, CT2_FORCE_CPU_ISA=ct2_isa, ONEDNN_MAX_CPU_ISA=onednn_isa,
                           MKL_ENABLE_INSTRUCTIONS=mkl_isa)
 
+    if args.rounds < 1 or args.repeat < 1:
+        p.error("--rounds and --repeat take a count of at least 1")
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     for e in engines:
         if e not in ENGINE_NAMES:
