@@ -266,6 +266,9 @@ def main():
                 # fastest: a shared machine's slow spells then fall on both, not on one.
                 for rnd in range(args.rounds):
                     for engine, kv in runs:
+                        prev = best.get((engine, kv))
+                        if prev is not None and "error" in prev:
+                            continue  # failed in an earlier round: reported once, not rerun
                         label = f"{ENGINE_NAMES[engine]} {compute_type} {'greedy' if beam == 1 else f'beam {beam}'}"
                         label += f" (kv_cache_type {kv})" if kv != "float32" else ""
                         label += f", round {rnd + 1} of {args.rounds}" if args.rounds > 1 else ""
@@ -277,9 +280,8 @@ def main():
                             best[(engine, kv)] = {"engine": engine, "compute_type": compute_type, "beam": beam,
                                                   "kv_cache_type": kv, "error": error, "summary": last}
                             continue
-                        prev = best.get((engine, kv))
-                        if prev is not None and "error" in prev:
-                            continue
+                        print(f"  {r['tokens'] / r['seconds']:.1f} target tokens/s, {r['rss_mb']:.0f} MB, "
+                              f"{r['seconds']:.2f} s", file=sys.stderr, flush=True)
                         if prev is not None and r["hypotheses"] != prev["hypotheses"]:
                             print(f"  warning: {label}: output differs from an earlier round", file=sys.stderr)
                         r["round_seconds"] = (prev["round_seconds"] if prev else []) + [r["seconds"]]
@@ -299,8 +301,6 @@ def main():
                     r["_outputs"] = hyps
                     rows.append(r)
                     table.append(r)
-                    print(f"  {r['tokens_per_s']:.1f} target tokens/s, BLEU {r['bleu']:.2f}, "
-                          f"{r['rss_mb']:.0f} MB, {r['seconds']:.2f} s", file=sys.stderr, flush=True)
                     if args.outputs:
                         os.makedirs(args.outputs, exist_ok=True)
                         name = f"{engine}-{compute_type}-beam{beam}{'' if kv == 'float32' else '-kv-' + kv}.en"
