@@ -261,7 +261,7 @@ def main():
         for compute_type in compute_types:
             for beam in beams:
                 runs = [(e, k) for e in engines for k in (kv_types if e == "tolk" else ["float32"])]
-                best = {}
+                best, round_seconds = {}, {}
                 # Rounds alternate the engines, each in a fresh process, and keep each one's
                 # fastest: a shared machine's slow spells then fall on both, not on one.
                 for rnd in range(args.rounds):
@@ -284,16 +284,15 @@ def main():
                               f"{r['seconds']:.2f} s", file=sys.stderr, flush=True)
                         if prev is not None and r["hypotheses"] != prev["hypotheses"]:
                             print(f"  warning: {label}: output differs from an earlier round", file=sys.stderr)
-                        r["round_seconds"] = (prev["round_seconds"] if prev else []) + [r["seconds"]]
+                        round_seconds.setdefault((engine, kv), []).append(r["seconds"])
                         if prev is None or r["seconds"] < prev["seconds"]:
                             best[(engine, kv)] = r
-                        else:
-                            prev["round_seconds"] = r["round_seconds"]
                 for (engine, kv), r in best.items():
                     if "error" in r:
                         failures.append(r)
                         table.append(r)
                         continue
+                    r["round_seconds"] = round_seconds[(engine, kv)]
                     hyps = ["".join(h).replace("\u2581", " ").strip() for h in r.pop("hypotheses")]
                     r.update(engine=engine, compute_type=compute_type, beam=beam, kv_cache_type=kv,
                              tokens_per_s=r["tokens"] / r["seconds"],
