@@ -1,5 +1,6 @@
 """The README's benchmark command runs: bench/bench.py on a few verses, both engines, two
-alternating rounds, writes a table whose rows carry each round's time and keep the best."""
+alternating rounds, writes a table whose rows carry each round's time and keep the best;
+and bench/paired.py, which times both engines in turns inside one process."""
 import json
 import os
 import subprocess
@@ -38,3 +39,29 @@ def test_bench_alternates_rounds_and_keeps_each_engines_best(tmp_path, tolk, ctr
         assert r["tokens"] > 0 and r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
     assert rows["tolk"]["tolk_over_ct2"] == pytest.approx(rows["tolk"]["tokens_per_s"] / rows["ct2"]["tokens_per_s"])
     assert "in each of 2 alternating rounds" in proc.stdout
+
+
+def test_paired_bench_times_both_engines_chunk_by_chunk(tmp_path, tolk, ctranslate2, zh_en_model):
+    """bench/paired.py: both engines in one process, each engine's time the sum of each
+    chunk's fastest turn, and the ratio and JSON consistent with it."""
+    pytest.importorskip("sentencepiece")
+    pytest.importorskip("sacrebleu")
+    data = data_root_path()
+    if not os.path.exists(os.path.join(data, "dev-matthew.zh")):
+        pytest.skip("no dev-matthew data")
+    out = tmp_path / "paired.json"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "paired.py"), "--limit", "6", "--chunk", "4", "--repeat", "2",
+           "--compute-type", "int8", "--models", os.path.dirname(zh_en_model), "--data", data, "--json", str(out)]
+    env = dict(os.environ, TOLK_LIB=tolk.library_path())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["verses"] == 6 and doc["meta"]["repeat"] == 2
+    rows = doc["rows"]
+    for r in rows.values():
+        # Two chunks (4 + 2 verses); the total is the sum of each chunk's fastest turn.
+        assert len(r["chunk_seconds"]) == 2 and r["seconds"] == pytest.approx(sum(r["chunk_seconds"]))
+        assert r["tokens"] > 0 and r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
+    assert doc["tolk_over_ct2"] == pytest.approx(rows["tolk"]["tokens_per_s"] / rows["ct2"]["tokens_per_s"])
+    assert 0.0 <= doc["same_as_ct2"] <= 1.0
+    assert f"Tolk/CT2 tokens/s: {doc['tolk_over_ct2']:.2f}x" in proc.stdout
