@@ -174,6 +174,31 @@ ISA_LEVELS = {
 }
 
 
+def hold_isa(level):
+    """Holds Tolk and CTranslate2 (its own kernels, oneDNN and MKL) to ISA `level`, for this
+    process and those it starts; set before either engine is loaded."""
+    ct2_isa, onednn_isa, mkl_isa = ISA_LEVELS[level]
+    os.environ.update(TOLK_CPU_ISA=level, CT2_FORCE_CPU_ISA=ct2_isa, ONEDNN_MAX_CPU_ISA=onednn_isa,
+                      MKL_ENABLE_INSTRUCTIONS=mkl_isa)
+
+
+def read_verses(zh_path, en_path, model_dir, limit):
+    """The first `limit` zh sources and en references, and the sources tokenized with the
+    model's SentencePiece model."""
+    import sentencepiece as spm
+
+    with open(zh_path, encoding="utf-8") as f:
+        zh = f.read().splitlines()[:limit]
+    with open(en_path, encoding="utf-8") as f:
+        en = f.read().splitlines()[:limit]
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "sentencepiece.model"))
+    return zh, en, [sp.encode(line, out_type=str) for line in zh]
+
+
+def detokenize(pieces):
+    return "".join(pieces).replace("\u2581", " ").strip()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=default_dir("TOLK_MODELS", "models"),
@@ -212,10 +237,7 @@ def main():
     if args.worker:
         return worker(args)
     if args.isa:
-        # Inherited by every worker process.
-        ct2_isa, onednn_isa, mkl_isa = ISA_LEVELS[args.isa]
-        os.environ.update(TOLK_CPU_ISA=args.isa, CT2_FORCE_CPU_ISA=ct2_isa, ONEDNN_MAX_CPU_ISA=onednn_isa,
-                          MKL_ENABLE_INSTRUCTIONS=mkl_isa)
+        hold_isa(args.isa)  # inherited by every worker process
 
     if args.rounds < 1 or args.repeat < 1:
         p.error("--rounds and --repeat take a count of at least 1")
@@ -235,14 +257,8 @@ def main():
                      "(or --models/--data)")
 
     import sacrebleu
-    import sentencepiece as spm
 
-    with open(zh_path, encoding="utf-8") as f:
-        zh = f.read().splitlines()[: args.limit]
-    with open(en_path, encoding="utf-8") as f:
-        en = f.read().splitlines()[: args.limit]
-    sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "sentencepiece.model"))
-    source = [sp.encode(line, out_type=str) for line in zh]
+    zh, en, source = read_verses(zh_path, en_path, model_dir, args.limit)
 
     rows, failures, table = [], [], []
     load_before = os.getloadavg()
@@ -293,7 +309,7 @@ def main():
                         table.append(r)
                         continue
                     r["round_seconds"] = round_seconds[(engine, kv)]
-                    hyps = ["".join(h).replace("\u2581", " ").strip() for h in r.pop("hypotheses")]
+                    hyps = [detokenize(h) for h in r.pop("hypotheses")]
                     r.update(engine=engine, compute_type=compute_type, beam=beam, kv_cache_type=kv,
                              tokens_per_s=r["tokens"] / r["seconds"],
                              bleu=sacrebleu.corpus_bleu(hyps, [en]).score)

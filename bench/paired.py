@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import ISA_LEVELS, TOLK_PY, cpu_model, default_dir  # noqa: E402
+from bench import ISA_LEVELS, TOLK_PY, cpu_model, default_dir, detokenize, hold_isa, read_verses  # noqa: E402
 
 
 def main():
@@ -42,10 +42,7 @@ def main():
     if args.chunk < 1 or args.repeat < 1 or args.limit < 1:
         p.error("--chunk, --repeat and --limit take a count of at least 1")
     if args.isa:
-        # Before either engine is imported: CTranslate2, oneDNN and MKL read them at load.
-        ct2_isa, onednn_isa, mkl_isa = ISA_LEVELS[args.isa]
-        os.environ.update(TOLK_CPU_ISA=args.isa, CT2_FORCE_CPU_ISA=ct2_isa, ONEDNN_MAX_CPU_ISA=onednn_isa,
-                          MKL_ENABLE_INSTRUCTIONS=mkl_isa)
+        hold_isa(args.isa)  # before either engine is imported: they read it at load
     model_dir = os.path.join(args.models, "zh-en-ct2")
     zh_path, en_path = (os.path.join(args.data, f"dev-matthew.{lang}") for lang in ("zh", "en"))
     for path in (model_dir, zh_path, en_path):
@@ -54,17 +51,11 @@ def main():
 
     import ctranslate2
     import sacrebleu
-    import sentencepiece as spm
 
     sys.path.insert(0, TOLK_PY)
     import tolk
 
-    with open(zh_path, encoding="utf-8") as f:
-        zh = f.read().splitlines()[: args.limit]
-    with open(en_path, encoding="utf-8") as f:
-        en = f.read().splitlines()[: args.limit]
-    sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "sentencepiece.model"))
-    source = [sp.encode(line, out_type=str) for line in zh]
+    _, en, source = read_verses(zh_path, en_path, model_dir, args.limit)
 
     engines = {
         "tolk": tolk.Translator(model_dir, compute_type=args.compute_type, intra_threads=1),
@@ -94,7 +85,7 @@ def main():
     rows = {}
     for engine in engines:
         hyps = outputs[engine]
-        text = ["".join(h).replace("\u2581", " ").strip() for h in hyps]
+        text = [detokenize(h) for h in hyps]
         tokens = sum(len(h) for h in hyps)
         seconds = sum(best[engine])
         rows[engine] = {"engine": names[engine], "tokens": tokens, "seconds": seconds,

@@ -13,12 +13,18 @@ from conftest import data_root_path
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_bench_alternates_rounds_and_keeps_each_engines_best(tmp_path, tolk, ctranslate2, zh_en_model):
+def bench_data():
+    """The folder of the dev verses, or a skip when they or the benchmarks' packages are missing."""
     pytest.importorskip("sentencepiece")
     pytest.importorskip("sacrebleu")
     data = data_root_path()
     if not os.path.exists(os.path.join(data, "dev-matthew.zh")):
         pytest.skip("no dev-matthew data")
+    return data
+
+
+def test_bench_alternates_rounds_and_keeps_each_engines_best(tmp_path, tolk, ctranslate2, zh_en_model):
+    data = bench_data()
     out = tmp_path / "bench.json"
     cmd = [sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--limit", "4", "--beams", "1",
            "--compute-types", "int8", "--rounds", "2", "--models", os.path.dirname(zh_en_model), "--data", data,
@@ -44,11 +50,7 @@ def test_bench_alternates_rounds_and_keeps_each_engines_best(tmp_path, tolk, ctr
 def test_paired_bench_times_both_engines_chunk_by_chunk(tmp_path, tolk, ctranslate2, zh_en_model):
     """bench/paired.py: both engines in one process, each engine's time the sum of each
     chunk's fastest turn, and the ratio and JSON consistent with it."""
-    pytest.importorskip("sentencepiece")
-    pytest.importorskip("sacrebleu")
-    data = data_root_path()
-    if not os.path.exists(os.path.join(data, "dev-matthew.zh")):
-        pytest.skip("no dev-matthew data")
+    data = bench_data()
     out = tmp_path / "paired.json"
     cmd = [sys.executable, os.path.join(ROOT, "bench", "paired.py"), "--limit", "6", "--chunk", "4", "--repeat", "2",
            "--compute-type", "int8", "--models", os.path.dirname(zh_en_model), "--data", data, "--json", str(out)]
