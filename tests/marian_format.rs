@@ -242,8 +242,10 @@ fn synthetic_bin_round_trip() {
         assert!(call.unwrap_err().message.contains(needle), "{needle}");
     }
 
-    // Through a file (mapped) as well, and every blob 256-aligned as Marian writes it.
-    let path = std::env::temp_dir().join(format!("tolk-marian-{}.bin", std::process::id()));
+    // Through a file (mapped) as well, and every blob 256-aligned as Marian writes it. Each
+    // test maps a file of its own name: tests run in parallel, and rewriting a file another
+    // one has mapped killed the run with SIGBUS.
+    let path = std::env::temp_dir().join(format!("tolk-marian-bin-{}.bin", std::process::id()));
     std::fs::write(&path, &bytes).unwrap();
     let mapped = MarianFile::open(&path).unwrap();
     std::fs::remove_file(&path).ok();
@@ -459,7 +461,7 @@ fn synthetic_npz_round_trip_and_file() {
         assert_eq!(m.model_config().unwrap().unwrap().get("dim-emb").and_then(Yaml::as_i64), Some(2));
     }
     // `open` tells npz from bin by the magic, whatever the name.
-    let path = std::env::temp_dir().join(format!("tolk-marian-{}.bin", std::process::id()));
+    let path = std::env::temp_dir().join(format!("tolk-marian-npz-{}.bin", std::process::id()));
     std::fs::write(&path, &stored).unwrap();
     let opened = MarianFile::open(&path).unwrap();
     std::fs::remove_file(&path).ok();
