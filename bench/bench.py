@@ -46,6 +46,16 @@ def default_dir(env, name):
     return os.path.join(ROOT, name)
 
 
+def precompile_binding():
+    """Byte-compiles the Python binding once, as installing a package does (pip compiled
+    CTranslate2's). Otherwise, where Python writes no bytecode (PYTHONDONTWRITEBYTECODE),
+    every worker compiles tolk.py from source and the compiler's memory stays in its peak
+    RSS: 3.9 MB for `import tolk` against 0.9 MB from bytecode (2026-11-28)."""
+    import compileall
+
+    compileall.compile_dir(TOLK_PY, quiet=2)
+
+
 def peak_rss_mb():
     """This process's peak resident set (VmHWM), in MB; ru_maxrss as a fallback."""
     try:
@@ -238,6 +248,7 @@ def main():
         return worker(args)
     if args.isa:
         hold_isa(args.isa)  # inherited by every worker process
+    precompile_binding()
 
     if args.rounds < 1 or args.repeat < 1:
         p.error("--rounds and --repeat take a count of at least 1")

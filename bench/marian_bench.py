@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from bench import cpu_model, default_dir, peak_rss_mb as vmhwm_mb  # shared with bench.py
+from bench import cpu_model, default_dir, peak_rss_mb as vmhwm_mb, precompile_binding  # shared with bench.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOLK_PY = os.path.join(ROOT, "examples-c", "python")
@@ -239,6 +239,7 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    precompile_binding()
 
     src_path = os.path.join(args.data, "dev-matthew.en")
     refs = read_lines(os.path.join(args.data, "dev-matthew.pt"), args.limit)
