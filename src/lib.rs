@@ -192,6 +192,9 @@ impl Model {
             };
         let location = files.describe(path);
         let package = Package { source: package, location, tokenizer, tokenizer_problem };
+        // Loading frees a few times the SentencePiece model's size in small allocations
+        // (its parsed protobuf, the trie's build) between the weights' pages: hand them back.
+        release_free_memory();
         Ok(Model { inner, package: Arc::new(package), device })
     }
 
