@@ -91,7 +91,7 @@ impl Package {
 /// `malloc_trim`, every arena; elsewhere nothing). Freeing a model leaves its pages in the
 /// allocator's arenas, those of the worker threads included, so a process that loads and
 /// frees models one after another would keep the largest set it ever held; the C API calls
-/// this in `tolk_model_free` and `tolk_translator_free`.
+/// this in `tolk_model_free` and `tolk_translator_free`, and every model load at its end.
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages of the allocator to the system.
