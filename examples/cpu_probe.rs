@@ -10,7 +10,7 @@
 //!   choice is measured.
 //!
 //! The rounds are grouped by the add chain's speed against its best. On the Skylake-SP VM of
-//! 2026-11-28, in the rounds where the chain and the FMA loop ran at 90-100% of their best,
+//! 2026-11-28, in the rounds where the chain ran at 90-100% of its best (the FMA loop near 95%),
 //! the tile averaged 57-58 GFLOP/s against the FMA loop's 82 (70%), though its own best
 //! round reached 77 (89%): the loads are what varies there, not the compiled kernel. x86_64
 //! with AVX2 and FMA only.
@@ -125,7 +125,7 @@ fn main() {
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < seconds {
         let mut r = [0.0; 3];
-        // Alternate the order: the loop that runs first after another was measured faster.
+        // Alternate the order: in a fixed order one position read up to 10% faster.
         let order = if rounds.len() % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
         for p in order {
             r[p] = run(p);
