@@ -48,9 +48,12 @@ thread_local! {
 /// AVX-512 cores the AVX2 path was measured on when forced down to it (Zen 5, Sapphire
 /// Rapids) hexadecets won. An AVX-512 core without VNNI (Skylake-SP, 2026-11-28) sided
 /// with Zen 3: octets 4-5% faster at int8 beam 4 forced to AVX2 (132-134 against 128
-/// tokens/s, alternating runs). So hexadecets are taken at AVX2 only on a CPU with AVX-512
-/// VNNI, the newer cores with the wider ports. `TOLK_INT8_HEXADECETS=0|1` overrides this,
-/// to measure a new core.
+/// tokens/s, alternating runs), and so did Zen 4 (AVX-512 VNNI on 256-bit units, AMD family
+/// 19h like Zen 3; 2026-11-29, forced to AVX2: gemm_bench 32x65000x512 191-200 vs 169-173
+/// GOP/s, 128x512x2048 229 vs 210; 250 verses, alternating: greedy 858-886 vs 802-819
+/// tokens/s, beam 4 325-335 vs 310-317). So hexadecets are taken at AVX2 only on a CPU with
+/// AVX-512 VNNI that is not AMD family 19h. `TOLK_INT8_HEXADECETS=0|1` overrides this, to
+/// measure a new core.
 /// (The spill is not what holds them back on Zen 3: written in assembly within the 16
 /// registers, a pair's hexadecets ran at 181 GOP/s against octets' 150 in a loop over L1
 /// with every step planned alike, yet a whole tile with a real plan, 83% hexadecets, ran
@@ -62,7 +65,7 @@ pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
             *AVX2.get_or_init(|| match std::env::var("TOLK_INT8_HEXADECETS").as_deref() {
                 Ok("0") => false,
                 Ok("1") => true,
-                _ => Isa::Avx512Vnni.is_supported(),
+                _ => Isa::Avx512Vnni.is_supported() && !crate::backend::cpu::isa::is_amd_family_19h(),
             })
         }),
         _ => true,
