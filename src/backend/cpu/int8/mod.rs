@@ -404,6 +404,9 @@ struct TileOut<'a> {
     e: &'a PanelEpilogue,
     /// Weights this tile fetches into L2 while it computes (its share of the next block).
     prefetch: &'a [u8],
+    /// Whether this tile reads its panel first, from memory (the block's first row group);
+    /// the later groups find it in L2.
+    streams: bool,
 }
 
 impl TileOut<'_> {
@@ -582,6 +585,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                         inv_x: &a.inv_scales[g * MR..(g + 1) * MR],
                         e,
                         prefetch,
+                        streams: g == 0,
                     };
                     // SAFETY: `isa` never exceeds what the CPU supports (see isa::current);
                     // the kernels read `kp/4` groups of the panel, of the row group and of
@@ -784,9 +788,16 @@ mod x86 {
         let mut pf = Prefetcher::new(t.prefetch, kp / 4);
         for g in 0..kp / 4 {
             pf.step();
-            // Weights are streamed once per row group: fetch ahead of use.
-            _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
+            // The row groups after the first find the panel in L2 and fetch it 8 steps ahead
+            // into L1. The first group does not: it streams the weights from memory, which
+            // the hardware prefetcher keeps ahead of, and the extra requests slowed it (Zen
+            // 4, 2026-11-29, alternating runs, one sentence at a time, where the first
+            // group is the only one: int8 beam 4 196-221 -> 244-250 tokens/s, greedy 202-248
+            // -> 260-288; gemm_bench 4x65000x512 162-177 -> 192-215 GOP/s).
+            if !t.streams {
+                _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
+            }
             let w0 = signed512(w.add(g * NR * 4));
             let w1 = signed512(w.add(g * NR * 4 + 64));
             for r in 0..R {
