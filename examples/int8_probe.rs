@@ -20,9 +20,14 @@ mod probe {
     use std::time::Instant;
 
     /// `n` turns of 4 dependent adds (4n cycles).
-    fn add_chain(mut n: usize) -> u64 { let mut a: u64 = 1;
+    fn add_chain(n: usize) -> u64 {
+        let mut a: u64 = 1;
         // SAFETY: register arithmetic only.
-        unsafe { asm!("2:", "add {a}, 1", "add {a}, 1", "add {a}, 1", "add {a}, 1", "dec {n}", "jnz 2b", a = inout(reg) a, n = inout(reg) n) }; let _ = n; a }
+        unsafe {
+            asm!("2:", "add {a}, 1", "add {a}, 1", "add {a}, 1", "add {a}, 1", "dec {n}", "jnz 2b", a = inout(reg) a, n = inout(reg) n => _)
+        };
+        a
+    }
 
     #[target_feature(enable = "avx2")]
     unsafe fn maddubs8(n: usize) {
@@ -43,11 +48,36 @@ mod probe {
     }
     // One octet step of 2 rows x 32 columns: the rows' 8 bytes at {x} (row 0 at 0, row 1 at 8), the
     // panel's 2 x 128 bytes at {w}, the ones of `vpmaddwd` at {o}.
-    macro_rules! octj { ($wa:literal, $wb:literal, $s0:literal, $s1:literal) => { concat!(
-      "vmovdqu ymm12, [{w}+", $wa, "]\n", "vmovdqu ymm13, [{w}+", $wb, "]\n",
-      "vpmaddubsw ymm14, ymm12, ymm8\n", "vpmaddubsw ymm15, ymm13, ymm9\n", "vpaddw ymm14, ymm14, ymm15\n", "vpmaddwd ymm14, ymm14, [{o}]\n", "vpaddd ", $s0, ", ", $s0, ", ymm14\n",
-      "vpmaddubsw ymm14, ymm12, ymm10\n", "vpmaddubsw ymm15, ymm13, ymm11\n", "vpaddw ymm14, ymm14, ymm15\n", "vpmaddwd ymm14, ymm14, [{o}]\n", "vpaddd ", $s1, ", ", $s1, ", ymm14\n",
-    )}}
+    macro_rules! octj {
+        ($wa:literal, $wb:literal, $s0:literal, $s1:literal) => {
+            concat!(
+                "vmovdqu ymm12, [{w}+",
+                $wa,
+                "]\n",
+                "vmovdqu ymm13, [{w}+",
+                $wb,
+                "]\n",
+                "vpmaddubsw ymm14, ymm12, ymm8\n",
+                "vpmaddubsw ymm15, ymm13, ymm9\n",
+                "vpaddw ymm14, ymm14, ymm15\n",
+                "vpmaddwd ymm14, ymm14, [{o}]\n",
+                "vpaddd ",
+                $s0,
+                ", ",
+                $s0,
+                ", ymm14\n",
+                "vpmaddubsw ymm14, ymm12, ymm10\n",
+                "vpmaddubsw ymm15, ymm13, ymm11\n",
+                "vpaddw ymm14, ymm14, ymm15\n",
+                "vpmaddwd ymm14, ymm14, [{o}]\n",
+                "vpaddd ",
+                $s1,
+                ", ",
+                $s1,
+                ", ymm14\n",
+            )
+        };
+    }
     #[target_feature(enable = "avx2")]
     unsafe fn octets(n: usize, x: *const u8, w: *const u8, o: *const i16) {
         asm!("2:",
@@ -59,13 +89,50 @@ mod probe {
     }
     // One hexadecet column block (8 columns) of 2 rows: 4 `vpmaddubsw` a row summed in int16, then one
     // `vpmaddwd` and `vpaddd`.
-    macro_rules! hexj { ($w0:literal, $w1:literal, $w2:literal, $w3:literal, $s0:literal, $s1:literal) => { concat!(
-      "vmovdqu ymm12, [{w}+", $w0, "]\n", "vpmaddubsw ymm14, ymm12, ymm8\n", "vpmaddubsw ymm15, ymm12, ymm10\n",
-      "vmovdqu ymm12, [{w}+", $w1, "]\n", "vpmaddubsw ymm13, ymm12, ymm9\n", "vpaddw ymm14, ymm14, ymm13\n", "vpmaddubsw ymm13, ymm12, ymm11\n", "vpaddw ymm15, ymm15, ymm13\n",
-      "vmovdqu ymm12, [{w}+", $w2, "]\n", "vpmaddubsw ymm13, ymm12, ymm8\n", "vpaddw ymm14, ymm14, ymm13\n", "vpmaddubsw ymm13, ymm12, ymm10\n", "vpaddw ymm15, ymm15, ymm13\n",
-      "vmovdqu ymm12, [{w}+", $w3, "]\n", "vpmaddubsw ymm13, ymm12, ymm9\n", "vpaddw ymm14, ymm14, ymm13\n", "vpmaddubsw ymm13, ymm12, ymm11\n", "vpaddw ymm15, ymm15, ymm13\n",
-      "vpmaddwd ymm14, ymm14, [{o}]\n", "vpaddd ", $s0, ", ", $s0, ", ymm14\n", "vpmaddwd ymm15, ymm15, [{o}]\n", "vpaddd ", $s1, ", ", $s1, ", ymm15\n",
-    )}}
+    macro_rules! hexj {
+        ($w0:literal, $w1:literal, $w2:literal, $w3:literal, $s0:literal, $s1:literal) => {
+            concat!(
+                "vmovdqu ymm12, [{w}+",
+                $w0,
+                "]\n",
+                "vpmaddubsw ymm14, ymm12, ymm8\n",
+                "vpmaddubsw ymm15, ymm12, ymm10\n",
+                "vmovdqu ymm12, [{w}+",
+                $w1,
+                "]\n",
+                "vpmaddubsw ymm13, ymm12, ymm9\n",
+                "vpaddw ymm14, ymm14, ymm13\n",
+                "vpmaddubsw ymm13, ymm12, ymm11\n",
+                "vpaddw ymm15, ymm15, ymm13\n",
+                "vmovdqu ymm12, [{w}+",
+                $w2,
+                "]\n",
+                "vpmaddubsw ymm13, ymm12, ymm8\n",
+                "vpaddw ymm14, ymm14, ymm13\n",
+                "vpmaddubsw ymm13, ymm12, ymm10\n",
+                "vpaddw ymm15, ymm15, ymm13\n",
+                "vmovdqu ymm12, [{w}+",
+                $w3,
+                "]\n",
+                "vpmaddubsw ymm13, ymm12, ymm9\n",
+                "vpaddw ymm14, ymm14, ymm13\n",
+                "vpmaddubsw ymm13, ymm12, ymm11\n",
+                "vpaddw ymm15, ymm15, ymm13\n",
+                "vpmaddwd ymm14, ymm14, [{o}]\n",
+                "vpaddd ",
+                $s0,
+                ", ",
+                $s0,
+                ", ymm14\n",
+                "vpmaddwd ymm15, ymm15, [{o}]\n",
+                "vpaddd ",
+                $s1,
+                ", ",
+                $s1,
+                ", ymm15\n",
+            )
+        };
+    }
     #[target_feature(enable = "avx2")]
     unsafe fn hexa(n: usize, x: *const u8, w: *const u8, o: *const i16) {
         // 2 rows x 32 columns x 16 k; the broadcasts of k 0..8 stand in for those of k 8..16 too
@@ -78,7 +145,15 @@ mod probe {
           out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _, out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _);
     }
 
-    fn time<F: FnMut()>(mut f: F) -> f64 { let mut best = f64::MAX; for _ in 0..20 { let t = Instant::now(); f(); best = best.min(t.elapsed().as_secs_f64()); } best }
+    fn time<F: FnMut()>(mut f: F) -> f64 {
+        let mut best = f64::MAX;
+        for _ in 0..20 {
+            let t = Instant::now();
+            f();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        best
+    }
 
     pub fn run() {
         if !is_x86_feature_detected!("avx2") {
@@ -88,14 +163,30 @@ mod probe {
         let n = 2_000_000usize;
         // SAFETY (the asm loops below): AVX2 is checked above; they read only `x` (16 bytes),
         // `w` (512 bytes) and `o`, all inside these buffers.
-        let x = vec![1u8; 64]; let w = vec![3u8; 1024]; let o = [1i16; 16];
-        let clk = time(|| { std::hint::black_box(add_chain(n)); }) / (4.0 * n as f64); // s per cycle
+        let x = vec![1u8; 64];
+        let w = vec![3u8; 1024];
+        let o = [1i16; 16];
+        let clk = time(|| {
+            std::hint::black_box(add_chain(n));
+        }) / (4.0 * n as f64); // s per cycle
         println!("clock ~ {:.2} GHz", 1e-9 / clk);
         let c = |t: f64| t / clk / n as f64;
-        let a = time(|| unsafe { maddubs8(n) }); println!("8 maddubs: {:.2} cycles", c(a));
-        let b = time(|| unsafe { maddubs8_add8(n) }); println!("8 maddubs + 8 paddw: {:.2} cycles", c(b));
-        let d = time(|| unsafe { octets(n, x.as_ptr(), w.as_ptr(), o.as_ptr()) }); println!("octet step (2 rows x 32 x 8k = 512 MACs): {:.2} cycles = {:.1} MACs/cycle", c(d), 512.0 / c(d));
-        let e = time(|| unsafe { hexa(n, x.as_ptr(), w.as_ptr(), o.as_ptr()) }); println!("hexadecet step (2 rows x 32 x 16k = 1024 MACs): {:.2} cycles = {:.1} MACs/cycle", c(e), 1024.0 / c(e));
+        let a = time(|| unsafe { maddubs8(n) });
+        println!("8 maddubs: {:.2} cycles", c(a));
+        let b = time(|| unsafe { maddubs8_add8(n) });
+        println!("8 maddubs + 8 paddw: {:.2} cycles", c(b));
+        let d = time(|| unsafe { octets(n, x.as_ptr(), w.as_ptr(), o.as_ptr()) });
+        println!(
+            "octet step (2 rows x 32 x 8k = 512 MACs): {:.2} cycles = {:.1} MACs/cycle",
+            c(d),
+            512.0 / c(d)
+        );
+        let e = time(|| unsafe { hexa(n, x.as_ptr(), w.as_ptr(), o.as_ptr()) });
+        println!(
+            "hexadecet step (2 rows x 32 x 16k = 1024 MACs): {:.2} cycles = {:.1} MACs/cycle",
+            c(e),
+            1024.0 / c(e)
+        );
     }
 }
 
