@@ -9,11 +9,16 @@
 //! - one octet step of a pair of rows as `int8/avx2.rs` runs it (4 broadcasts, 8 weight loads,
 //!   16 `vpmaddubsw`, 8 `vpaddw`, 8 `vpmaddwd` by ones from memory, 8 `vpaddd`: 512 products),
 //! - one hexadecet step of a pair (4 `vpmaddubsw` summed in int16 per `vpmaddwd`: 1024
-//!   products; the broadcasts reused, so a bound the kernel's spills do not reach).
+//!   products; the broadcasts reused, so a bound the kernel's spills do not reach),
+//! - one hexadecet step of a single row over the panel's 32 columns (16 registers suffice,
+//!   but every weight is loaded for one row: 512 products).
 //!
 //! On the Zen 4 of 2026-11-29 (AMD EPYC, family 25 model 17, about 3.6 GHz): 8 `vpmaddubsw`
-//! in 3.9 cycles, with the adds 4.7; octets 39.5 products a cycle, hexadecets 43, against
-//! the whole kernel's 31.7 (gemm_bench 128x512x2048, 229 GOP/s). x86_64 with AVX2 only.
+//! in 3.9 cycles, with the adds 4.7; octets 38.7-39.5 products a cycle, hexadecets 41.3-43,
+//! a single row's hexadecets 42, against the whole kernel's 31.7 (gemm_bench 128x512x2048,
+//! 229 GOP/s). The three steps take 13.2, 24.6 and 12.1 cycles for 40, 72 and 36 vector
+//! integer instructions: about 3 a cycle whatever their kind, so the bound is the count of
+//! instructions per product, not the multiply ports. x86_64 with AVX2 only.
 #[cfg(target_arch = "x86_64")]
 mod probe {
     use std::arch::asm;
@@ -145,6 +150,48 @@ mod probe {
           out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _, out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _);
     }
 
+    // One hexadecet column block (8 columns) of a single row: 4 `vpmaddubsw` summed in int16.
+    macro_rules! hex1j {
+        ($w0:literal, $w1:literal, $w2:literal, $w3:literal, $s0:literal) => {
+            concat!(
+                "vmovdqu ymm12, [{w}+",
+                $w0,
+                "]\n",
+                "vpmaddubsw ymm14, ymm12, ymm8\n",
+                "vmovdqu ymm12, [{w}+",
+                $w1,
+                "]\n",
+                "vpmaddubsw ymm13, ymm12, ymm9\n",
+                "vpaddw ymm14, ymm14, ymm13\n",
+                "vmovdqu ymm12, [{w}+",
+                $w2,
+                "]\n",
+                "vpmaddubsw ymm13, ymm12, ymm10\n",
+                "vpaddw ymm14, ymm14, ymm13\n",
+                "vmovdqu ymm12, [{w}+",
+                $w3,
+                "]\n",
+                "vpmaddubsw ymm13, ymm12, ymm11\n",
+                "vpaddw ymm14, ymm14, ymm13\n",
+                "vpmaddwd ymm14, ymm14, [{o}]\n",
+                "vpaddd ",
+                $s0,
+                ", ",
+                $s0,
+                ", ymm14\n",
+            )
+        };
+    }
+    #[target_feature(enable = "avx2")]
+    unsafe fn hexa_one_row(n: usize, x: *const u8, w: *const u8, o: *const i16) {
+        asm!("2:",
+          "vpbroadcastd ymm8, [{x}]", "vpbroadcastd ymm9, [{x}+4]", "vpbroadcastd ymm10, [{x}+8]", "vpbroadcastd ymm11, [{x}+12]",
+          hex1j!("0", "128", "256", "384", "ymm0"), hex1j!("32", "160", "288", "416", "ymm1"), hex1j!("64", "192", "320", "448", "ymm2"), hex1j!("96", "224", "352", "480", "ymm3"),
+          "dec {n}", "jnz 2b", n = inout(reg) n => _, x = in(reg) x, w = in(reg) w, o = in(reg) o,
+          out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+          out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _, out("ymm12") _, out("ymm13") _, out("ymm14") _);
+    }
+
     fn time<F: FnMut()>(mut f: F) -> f64 {
         let mut best = f64::MAX;
         for _ in 0..20 {
@@ -186,6 +233,12 @@ mod probe {
             "hexadecet step (2 rows x 32 x 16k = 1024 MACs): {:.2} cycles = {:.1} MACs/cycle",
             c(e),
             1024.0 / c(e)
+        );
+        let f = time(|| unsafe { hexa_one_row(n, x.as_ptr(), w.as_ptr(), o.as_ptr()) });
+        println!(
+            "hexadecet step of one row (1 row x 32 x 16k = 512 MACs): {:.2} cycles = {:.1} MACs/cycle",
+            c(f),
+            512.0 / c(f)
         );
     }
 }
