@@ -336,7 +336,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// Self-attention within each sequence of a batch (the encoder): `qkv` holds each
     /// row's fused `[q | k | v]`; writes the attended rows `[rows, dim]`.
-    fn sequence_attention(&self, qkv: &Self::Buffer, layout: &SequenceLayout, shape: AttentionShape, out: &mut Self::Buffer);
+    /// Each operation that attends spreads its rows over `ctx.threads` where the backend can.
+    fn sequence_attention(&self, ctx: &Ctx, qkv: &Self::Buffer, layout: &SequenceLayout, shape: AttentionShape, out: &mut Self::Buffer);
     /// Whether decodings here can keep their keys/values as `kv` (a device backend: float32 only).
     fn stores_kv_as(&self, kv: KvCacheType) -> bool {
         kv == KvCacheType::Float32
@@ -345,7 +346,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn new_kv_cache(&self, rows: usize, kv: KvCacheType) -> Self::KvCache;
     /// One decoder step of self-attention: appends each row's keys and values (from the
     /// fused `qkv`) to the cache, then attends with its query over all of them.
-    fn cached_attention(&self, qkv: &Self::Buffer, cache: &mut Self::KvCache, shape: AttentionShape, out: &mut Self::Buffer);
+    fn cached_attention(&self, ctx: &Ctx, qkv: &Self::Buffer, cache: &mut Self::KvCache, shape: AttentionShape, out: &mut Self::Buffer);
     /// Keeps cache rows `sources[i]` as row `i`.
     fn reorder_kv_cache(&self, cache: &mut Self::KvCache, sources: &[usize]);
     /// Frees what the cache keeps for reuse but no row holds.
@@ -362,6 +363,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
     #[allow(clippy::too_many_arguments)]
     fn memory_attention(
         &self,
+        ctx: &Ctx,
         query: &Self::Buffer,
         memory_kv: &Self::Buffer,
         kv: KvCacheType,

@@ -160,7 +160,7 @@ impl<B: Backend> Encoder<B> {
             &*x
         };
         block.qkv.forward(b, ctx, input, rows, &mut scratch.hidden);
-        b.sequence_attention(&scratch.hidden, layout, self.opts.attention, &mut scratch.context);
+        b.sequence_attention(ctx, &scratch.hidden, layout, self.opts.attention, &mut scratch.context);
         block.out.forward(b, ctx, &scratch.context, rows, &mut scratch.proj);
         b.add(x, &scratch.proj);
         if !self.opts.pre_norm {
@@ -618,7 +618,7 @@ impl<B: Backend> Decoder<B> {
         let b = &self.backend;
         let input = self.normed_input(&block.norm, x, &mut scratch.normed);
         block.qkv.forward(b, ctx, input, rows, &mut scratch.hidden);
-        b.cached_attention(&scratch.hidden, cache, self.opts.attention, &mut scratch.context);
+        b.cached_attention(ctx, &scratch.hidden, cache, self.opts.attention, &mut scratch.context);
         block.out.forward(b, ctx, &scratch.context, rows, &mut scratch.proj);
         self.finish_block(&block.norm, x, &scratch.proj);
     }
@@ -678,7 +678,7 @@ impl<B: Backend> Decoder<B> {
         let input = self.normed_input(&block.norm, x, &mut scratch.normed);
         block.query.forward(b, ctx, input, rows, &mut scratch.query);
         let kv = &state.memory_kv[layer];
-        b.memory_attention(&scratch.query, kv, state.kv, &state.memory, &state.row_example, self.opts.attention, &mut scratch.context);
+        b.memory_attention(ctx, &scratch.query, kv, state.kv, &state.memory, &state.row_example, self.opts.attention, &mut scratch.context);
         block.out.forward(b, ctx, &scratch.context, rows, &mut scratch.proj);
         self.finish_block(&block.norm, x, &scratch.proj);
     }

@@ -160,31 +160,37 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn sequence_attention(&self, qkv: &Vec<f32>, layout: &SequenceLayout, shape: AttentionShape, out: &mut Vec<f32>) {
+    fn sequence_attention(&self, ctx: &Ctx, qkv: &Vec<f32>, layout: &SequenceLayout, shape: AttentionShape, out: &mut Vec<f32>) {
         let AttentionShape { num_heads: heads, dim: d, order } = shape;
         let head_dim = d / heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
         zeroed(out, layout.total_rows() * d);
-        let mut scores = Vec::new();
         // Marian multiplies the batch padded to its longest source: Eigen's kernel then sums
         // the keys past the last multiple of 4 of that length otherwise, for the query rows
         // before it.
         let whole = layout.lengths.iter().copied().max().unwrap_or(0) / 4 * 4;
-        for (&off, &len) in layout.offsets.iter().zip(&layout.lengths) {
-            let seq = &qkv[off * 3 * d..(off + len) * 3 * d];
-            let keys = KvView::contiguous(&seq, 3 * d, d);
-            let values = KvView::contiguous(&seq, 3 * d, 2 * d);
-            if order == FloatOrder::Ctranslate2 {
-                attend_rows(seq, 3 * d, len, keys, values, len, heads, head_dim, scale, &mut out[off * d..(off + len) * d]);
-                continue;
+        let work = layout.lengths.iter().map(|&len| len * len).sum::<usize>() * 2 * d;
+        // Sequences apart: the offsets ascend.
+        let starts_sequence = |r: usize| layout.offsets.binary_search(&r).is_ok();
+        super::split_rows(out, d, ctx.threads, work, starts_sequence, |first, out| {
+            let mut scores = Vec::new();
+            let end = first + out.len() / d;
+            for (&off, &len) in layout.offsets.iter().zip(&layout.lengths).filter(|(&off, _)| (first..end).contains(&off)) {
+                let seq = &qkv[off * 3 * d..(off + len) * 3 * d];
+                let keys = KvView::contiguous(&seq, 3 * d, d);
+                let values = KvView::contiguous(&seq, 3 * d, 2 * d);
+                let out = &mut out[(off - first) * d..(off - first + len) * d];
+                if order == FloatOrder::Ctranslate2 {
+                    attend_rows(seq, 3 * d, len, keys, values, len, heads, head_dim, scale, out);
+                    continue;
+                }
+                for (t, o) in out.chunks_exact_mut(d).enumerate() {
+                    let q = &seq[t * 3 * d..t * 3 * d + d];
+                    let peeled = if t < whole { whole } else { usize::MAX };
+                    attend_row_sequential(q, keys, values, len, peeled, heads, head_dim, scale, &mut scores, o);
+                }
             }
-            for t in 0..len {
-                let q = &seq[t * 3 * d..t * 3 * d + d];
-                let o = &mut out[(off + t) * d..(off + t + 1) * d];
-                let peeled = if t < whole { whole } else { usize::MAX };
-                attend_row_sequential(q, keys, values, len, peeled, heads, head_dim, scale, &mut scores, o);
-            }
-        }
+        });
     }
 
     fn stores_kv_as(&self, _kv: KvCacheType) -> bool {
@@ -195,7 +201,7 @@ impl Backend for CpuBackend {
         CpuKvCache::new(rows, kv)
     }
 
-    fn cached_attention(&self, qkv: &Vec<f32>, cache: &mut CpuKvCache, shape: AttentionShape, out: &mut Vec<f32>) {
+    fn cached_attention(&self, ctx: &Ctx, qkv: &Vec<f32>, cache: &mut CpuKvCache, shape: AttentionShape, out: &mut Vec<f32>) {
         let AttentionShape { num_heads: heads, dim: d, order } = shape;
         let head_dim = d / heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
@@ -205,25 +211,29 @@ impl Backend for CpuBackend {
         }
         zeroed(out, rows * d);
         let cache = &*cache;
-        let (mut scores, mut blocks) = (Vec::new(), Vec::new());
         let attend = |q: &[f32], keys: KvView, values: KvView, len: usize, scores: &mut Vec<f32>, o: &mut [f32]| match order {
             // One query row per product: no peeled keys.
             FloatOrder::Marian => attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, scores, o),
             FloatOrder::Ctranslate2 => attend_row(q, keys, values, len, heads, head_dim, scale, true, scores, o),
         };
-        for (r, (row, o)) in qkv.chunks_exact(3 * d).zip(out.chunks_exact_mut(d)).enumerate() {
-            let (q, len) = (&row[..d], cache.len(r));
-            if cache.is_float32() {
-                cache.blocks(r, &mut blocks);
-                attend(q, cache.keys(&blocks), cache.values(&blocks), len, &mut scores, o);
-            } else {
-                with_widened(|wide| {
-                    cache.widen(r, wide);
-                    let wide: &[f32] = wide;
-                    attend(q, KvView::contiguous(&wide, 2 * d, 0), KvView::contiguous(&wide, 2 * d, d), len, &mut scores, o);
-                });
+        let work = (0..rows).map(|r| cache.len(r)).sum::<usize>() * 2 * d;
+        super::split_rows(out, d, ctx.threads, work, |_| true, |first, out| {
+            let (mut scores, mut blocks) = (Vec::new(), Vec::new());
+            for (i, o) in out.chunks_exact_mut(d).enumerate() {
+                let r = first + i;
+                let (q, len) = (&qkv[r * 3 * d..r * 3 * d + d], cache.len(r));
+                if cache.is_float32() {
+                    cache.blocks(r, &mut blocks);
+                    attend(q, cache.keys(&blocks), cache.values(&blocks), len, &mut scores, o);
+                } else {
+                    with_widened(|wide| {
+                        cache.widen(r, wide);
+                        let wide: &[f32] = wide;
+                        attend(q, KvView::contiguous(&wide, 2 * d, 0), KvView::contiguous(&wide, 2 * d, d), len, &mut scores, o);
+                    });
+                }
             }
-        }
+        });
     }
 
     fn reorder_kv_cache(&self, cache: &mut CpuKvCache, sources: &[usize]) {
@@ -236,6 +246,7 @@ impl Backend for CpuBackend {
 
     fn memory_attention(
         &self,
+        ctx: &Ctx,
         query: &Vec<f32>,
         memory_kv: &Vec<f32>,
         kv: KvCacheType,
@@ -248,48 +259,54 @@ impl Backend for CpuBackend {
         let head_dim = d / heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
         zeroed(out, row_example.len() * d);
-        let mut scores = Vec::new();
-        let mut r = 0;
-        while r < row_example.len() {
-            let ex = row_example[r];
-            // CTranslate2 keeps the memory keys/values once per example, not per beam: with
-            // several rows per example (beam search after the first step), the example's
-            // beams are the query rows of one product (`beam_size > 1` in its
-            // cross-attention), which MKL sums in its several-rows order instead of the
-            // one-query-row order. An example's rows are adjacent.
-            let rows = row_example[r..].iter().take_while(|&&e| e == ex).count();
-            let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
-            // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
-            let padded = memory.padded[ex];
-            let (q, o) = (&query[r * d..(r + rows) * d], &mut out[r * d..(r + rows) * d]);
-            let mut attend = |mem: &[f32]| {
-                let (keys, values) = (KvView::contiguous(&mem, 2 * d, 0), KvView::contiguous(&mem, 2 * d, d));
-                match order {
-                    // One query row per product (Marian keeps the beams apart): no peeled keys.
-                    FloatOrder::Marian => {
-                        for (q, o) in q.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
-                            attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scores, o);
+        let work = row_example.iter().map(|&ex| memory.lengths[ex]).sum::<usize>() * 2 * d;
+        // An example's rows (its beams) are adjacent and attended together.
+        let starts_example = |r: usize| row_example[r] != row_example[r - 1];
+        super::split_rows(out, d, ctx.threads, work, starts_example, |first, out| {
+            let mut scores = Vec::new();
+            let end = first + out.len() / d;
+            let mut r = first;
+            while r < end {
+                let ex = row_example[r];
+                // CTranslate2 keeps the memory keys/values once per example, not per beam: with
+                // several rows per example (beam search after the first step), the example's
+                // beams are the query rows of one product (`beam_size > 1` in its
+                // cross-attention), which MKL sums in its several-rows order instead of the
+                // one-query-row order. An example's rows are adjacent.
+                let rows = row_example[r..end].iter().take_while(|&&e| e == ex).count();
+                let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
+                // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
+                let padded = memory.padded[ex];
+                let (q, o) = (&query[r * d..(r + rows) * d], &mut out[(r - first) * d..(r - first + rows) * d]);
+                let mut attend = |mem: &[f32]| {
+                    let (keys, values) = (KvView::contiguous(&mem, 2 * d, 0), KvView::contiguous(&mem, 2 * d, d));
+                    match order {
+                        // One query row per product (Marian keeps the beams apart): no peeled keys.
+                        FloatOrder::Marian => {
+                            for (q, o) in q.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
+                                attend_row_sequential(q, keys, values, len, usize::MAX, heads, head_dim, scale, &mut scores, o);
+                            }
                         }
+                        FloatOrder::Ctranslate2 if rows == 1 => {
+                            attend_row_padded(q, keys, values, len, padded, heads, head_dim, scale, true, &mut scores, o)
+                        }
+                        FloatOrder::Ctranslate2 => attend_rows(q, d, rows, keys, values, len, heads, head_dim, scale, o),
                     }
-                    FloatOrder::Ctranslate2 if rows == 1 => {
-                        attend_row_padded(q, keys, values, len, padded, heads, head_dim, scale, true, &mut scores, o)
-                    }
-                    FloatOrder::Ctranslate2 => attend_rows(q, d, rows, keys, values, len, heads, head_dim, scale, o),
+                };
+                if kv == KvCacheType::Float32 {
+                    attend(&memory_kv[off * 2 * d..(off + len) * 2 * d]);
+                } else {
+                    // Widened once per example, for all its rows (beams).
+                    let codec = KvCodec::new(kv, head_dim);
+                    let slots = codec.slots(2 * d);
+                    with_widened(|wide| {
+                        codec.decode_rows(&memory_kv[off * slots..(off + len) * slots], len, 2 * d, wide);
+                        attend(wide)
+                    });
                 }
-            };
-            if kv == KvCacheType::Float32 {
-                attend(&memory_kv[off * 2 * d..(off + len) * 2 * d]);
-            } else {
-                // Widened once per example, for all its rows (beams).
-                let codec = KvCodec::new(kv, head_dim);
-                let slots = codec.slots(2 * d);
-                with_widened(|wide| {
-                    codec.decode_rows(&memory_kv[off * slots..(off + len) * slots], len, 2 * d, wide);
-                    attend(wide)
-                });
+                r += rows;
             }
-            r += rows;
-        }
+        });
     }
 
     fn ssru(&self, cells: &mut Vec<f32>, input: &Vec<f32>, forget: &Vec<f32>, out: &mut Vec<f32>) {

@@ -178,7 +178,7 @@ mod tests {
     /// example with one row (greedy) and one with three (beams).
     #[test]
     fn attention_over_stored_keys_is_attention_over_their_widened_values() {
-        use crate::backend::{AttentionShape, Backend, FloatOrder, SequenceLayout};
+        use crate::backend::{AttentionShape, Backend, Ctx, FloatOrder, SequenceLayout};
         let b = super::super::CpuBackend;
         let (heads, d) = (4, 64);
         let head_dim = d / heads;
@@ -196,8 +196,8 @@ mod tests {
                 let mut widened = Vec::new();
                 codec.decode_rows(&stored, layout.total_rows(), 2 * d, &mut widened);
                 let (mut got, mut expected) = (Vec::new(), Vec::new());
-                b.memory_attention(&query, &stored, kv, &layout, &row_example, shape, &mut got);
-                b.memory_attention(&query, &widened, KvCacheType::Float32, &layout, &row_example, shape, &mut expected);
+                b.memory_attention(&Ctx::default(), &query, &stored, kv, &layout, &row_example, shape, &mut got);
+                b.memory_attention(&Ctx::default(), &query, &widened, KvCacheType::Float32, &layout, &row_example, shape, &mut expected);
                 assert!(got.iter().zip(&expected).all(|(a, e)| a.to_bits() == e.to_bits()), "memory attention, {kv:?}, {order:?}");
                 assert_eq!(got.len(), expected.len());
 
@@ -214,8 +214,8 @@ mod tests {
                         codec.decode_rows(&one, 1, 2 * d, &mut back);
                         row[d..].copy_from_slice(&back);
                     }
-                    b.cached_attention(&qkv, &mut cache, shape, &mut got);
-                    b.cached_attention(&widened_qkv, &mut reference, shape, &mut expected);
+                    b.cached_attention(&Ctx::default(), &qkv, &mut cache, shape, &mut got);
+                    b.cached_attention(&Ctx::default(), &widened_qkv, &mut reference, shape, &mut expected);
                     assert!(got.iter().zip(&expected).all(|(a, e)| a.to_bits() == e.to_bits()), "cached attention step {step}, {kv:?}, {order:?}");
                     b.reorder_kv_cache(&mut cache, &[1, 1]);
                     b.reorder_kv_cache(&mut reference, &[1, 1]);

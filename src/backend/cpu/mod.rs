@@ -54,6 +54,39 @@ pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl
     }
 }
 
+/// Runs `run(first, rows)` over the rows of `out` (`row_len` values each) in contiguous
+/// parts, one per thread of the current rayon pool (at most `threads`) when the work
+/// (`work` multiply-adds) is worth it, else over all rows at once on this thread. A part
+/// starts only at a row where `may_start(row)` (rows computed together, such as an
+/// example's beams, stay together). For operations whose rows depend only on their own
+/// inputs (attention's query rows), the result is the same either way.
+pub(crate) fn split_rows(out: &mut [f32], row_len: usize, threads: usize, work: usize, may_start: impl Fn(usize) -> bool, run: impl Fn(usize, &mut [f32]) + Sync) {
+    let rows = if row_len == 0 { 0 } else { out.len() / row_len };
+    if threads <= 1 || work < 1 << 20 || rows < 2 {
+        run(0, out);
+        return;
+    }
+    let target = rows.div_ceil(threads);
+    let mut starts = vec![0];
+    for r in 1..rows {
+        if r - starts[starts.len() - 1] >= target && may_start(r) {
+            starts.push(r);
+        }
+    }
+    // As in split_panels: the pool's threads run at the level forced on this one.
+    let forced = isa::forced_here();
+    let run = &run;
+    rayon::scope(|s| {
+        let mut rest = &mut out[..rows * row_len];
+        for (i, &first) in starts.iter().enumerate() {
+            let end = starts.get(i + 1).copied().unwrap_or(rows);
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut((end - first) * row_len);
+            rest = tail;
+            s.spawn(move |_| isa::with_forced(forced, || run(first, part)));
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +102,77 @@ mod tests {
         let seen = seen.into_inner().unwrap();
         assert_eq!(seen.len(), 4);
         assert!(seen.iter().all(|&(_, level)| level == isa::Isa::Scalar), "{seen:?}");
+    }
+
+    /// Rows split across the pool start parts only where allowed, cover every row once, and
+    /// run at the level forced on the caller.
+    #[test]
+    fn split_rows_cover_every_row_in_allowed_parts() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let seen = Mutex::new(Vec::new());
+        let mut out = vec![0.0f32; 10 * 2];
+        pool.install(|| {
+            isa::with_isa(isa::Isa::Scalar, || {
+                split_rows(&mut out, 2, 3, 1 << 24, |r| r % 2 == 0, |first, part| {
+                    part.iter_mut().enumerate().for_each(|(i, v)| *v += (first * 2 + i) as f32);
+                    seen.lock().unwrap().push((first, part.len() / 2, isa::current()));
+                })
+            })
+        });
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort_by_key(|p| p.0);
+        assert_eq!(seen.iter().map(|p| (p.0, p.1)).collect::<Vec<_>>(), [(0, 4), (4, 4), (8, 2)]);
+        assert!(seen.iter().all(|p| p.2 == isa::Isa::Scalar), "{seen:?}");
+        assert_eq!(out, (0..20).map(|v| v as f32).collect::<Vec<_>>());
+    }
+
+    /// Attention split across the pool's threads (`Ctx::threads`) gives one thread's
+    /// result bit for bit: the decoder's self- and cross-attention (an example's beams kept
+    /// together) and the encoder's, in both engines' orders.
+    #[test]
+    fn attention_across_threads_is_attention_on_one() {
+        use crate::backend::{AttentionShape, Backend, Ctx, FloatOrder, KvCacheType, SequenceLayout};
+        let b = backend::CpuBackend;
+        let (heads, d) = (8, 512);
+        let mut seed = 1u32;
+        let mut values = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+                    (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+                })
+                .collect()
+        };
+        let layout = SequenceLayout::new((0..9).map(|i| 30 + 7 * i).collect());
+        let encoder_qkv = values(layout.total_rows() * 3 * d);
+        let memory = values(layout.total_rows() * 2 * d);
+        // 32 rows, whose attention over 30-86 keys is worth splitting (see split_rows).
+        // Example 5's four rows (9..13) straddle the first third.
+        let row_example = [0, 0, 0, 0, 1, 2, 2, 3, 4, 5, 5, 5, 5, 6, 7, 7, 8, 8, 8, 8, 7, 6, 6, 5, 4, 3, 2, 1, 1, 1, 1, 0];
+        let query = values(row_example.len() * d);
+        let steps: Vec<Vec<f32>> = (0..48).map(|_| values(row_example.len() * 3 * d)).collect();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        for order in [FloatOrder::Ctranslate2, FloatOrder::Marian] {
+            let shape = AttentionShape { num_heads: heads, dim: d, order };
+            let run = |ctx: &Ctx| {
+                let (mut encoded, mut crossed, mut attended) = (Vec::new(), Vec::new(), Vec::new());
+                b.sequence_attention(ctx, &encoder_qkv, &layout, shape, &mut encoded);
+                b.memory_attention(ctx, &query, &memory, KvCacheType::Float32, &layout, &row_example, shape, &mut crossed);
+                let mut cache = b.new_kv_cache(row_example.len(), KvCacheType::Float32);
+                let mut out = Vec::new();
+                for qkv in &steps {
+                    b.cached_attention(ctx, qkv, &mut cache, shape, &mut out);
+                    attended.extend_from_slice(&out);
+                }
+                (encoded, crossed, attended)
+            };
+            let one = pool.install(|| run(&Ctx { threads: 1 }));
+            let three = pool.install(|| run(&Ctx { threads: 3 }));
+            let bits = |v: &Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&one.0), bits(&three.0), "encoder attention, {order:?}");
+            assert_eq!(bits(&one.1), bits(&three.1), "cross-attention, {order:?}");
+            assert_eq!(bits(&one.2), bits(&three.2), "cached self-attention, {order:?}");
+        }
     }
 
     /// Keeping rows in order (moved down in place) and in any other order (gathered into a

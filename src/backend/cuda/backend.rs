@@ -530,7 +530,7 @@ impl Backend for CudaBackend {
         );
     }
 
-    fn sequence_attention(&self, qkv: &DeviceBuffer, layout: &SequenceLayout, shape: AttentionShape, out: &mut DeviceBuffer) {
+    fn sequence_attention(&self, _ctx: &Ctx, qkv: &DeviceBuffer, layout: &SequenceLayout, shape: AttentionShape, out: &mut DeviceBuffer) {
         let d = shape.dim;
         let rows = layout.total_rows();
         if rows == 0 || d == 0 {
@@ -555,7 +555,7 @@ impl Backend for CudaBackend {
         DeviceKvCache::new(rows)
     }
 
-    fn cached_attention(&self, qkv: &DeviceBuffer, cache: &mut DeviceKvCache, shape: AttentionShape, out: &mut DeviceBuffer) {
+    fn cached_attention(&self, _ctx: &Ctx, qkv: &DeviceBuffer, cache: &mut DeviceKvCache, shape: AttentionShape, out: &mut DeviceBuffer) {
         let d = shape.dim;
         let rows = cache.rows;
         if rows == 0 || d == 0 {
@@ -609,6 +609,7 @@ impl Backend for CudaBackend {
 
     fn memory_attention(
         &self,
+        _ctx: &Ctx,
         query: &DeviceBuffer,
         memory_kv: &DeviceBuffer,
         kv: KvCacheType,
@@ -856,8 +857,8 @@ pub(super) fn smoke_test(backend: &CudaBackend) -> Result<()> {
     let shape = AttentionShape { num_heads: 2, dim: 4, order: FloatOrder::default() };
     let layout = SequenceLayout::new(vec![3]);
     let (query, memory_kv) = (values(2 * 4, 7), values(3 * 2 * 4, 8));
-    backend.memory_attention(&backend.buffer_from_host(&query), &backend.buffer_from_host(&memory_kv), KvCacheType::Float32, &layout, &[0, 0], shape, &mut got);
-    cpu.memory_attention(&query, &memory_kv, KvCacheType::Float32, &layout, &[0, 0], shape, &mut expected);
+    backend.memory_attention(&Ctx::default(), &backend.buffer_from_host(&query), &backend.buffer_from_host(&memory_kv), KvCacheType::Float32, &layout, &[0, 0], shape, &mut got);
+    cpu.memory_attention(&Ctx::default(), &query, &memory_kv, KvCacheType::Float32, &layout, &[0, 0], shape, &mut expected);
     compare("an attention", &mut got, &expected);
 
     if !failures.is_empty() {

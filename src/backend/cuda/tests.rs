@@ -346,16 +346,16 @@ fn attention_matches_the_cpu_backend() {
     let total = layout.total_rows();
     let qkv = data(total * 3 * d, 20);
     let (mut go, mut co) = (Default::default(), Vec::new());
-    gpu.sequence_attention(&gpu.buffer_from_host(&qkv), &layout, shape, &mut go);
-    cpu.sequence_attention(&qkv, &layout, shape, &mut co);
+    gpu.sequence_attention(&Ctx::default(), &gpu.buffer_from_host(&qkv), &layout, shape, &mut go);
+    cpu.sequence_attention(&Ctx::default(), &qkv, &layout, shape, &mut co);
     assert_close(&host(&gpu, &mut go), &co, 1e-5, "sequence attention");
 
     // cross-attention: rows of examples 2, 0, 0, 1
     let row_example = [2usize, 0, 0, 1];
     let query = data(row_example.len() * d, 21);
     let memory_kv = data(total * 2 * d, 22);
-    gpu.memory_attention(&gpu.buffer_from_host(&query), &gpu.buffer_from_host(&memory_kv), KvCacheType::Float32, &layout, &row_example, shape, &mut go);
-    cpu.memory_attention(&query, &memory_kv, KvCacheType::Float32, &layout, &row_example, shape, &mut co);
+    gpu.memory_attention(&Ctx::default(), &gpu.buffer_from_host(&query), &gpu.buffer_from_host(&memory_kv), KvCacheType::Float32, &layout, &row_example, shape, &mut go);
+    cpu.memory_attention(&Ctx::default(), &query, &memory_kv, KvCacheType::Float32, &layout, &row_example, shape, &mut co);
     assert_close(&host(&gpu, &mut go), &co, 1e-5, "memory attention");
 
     // decoder self-attention over 40 steps (the cache regrows), reordered on the way
@@ -364,8 +364,8 @@ fn attention_matches_the_cpu_backend() {
     let mut rows_now = rows;
     for step in 0..40 {
         let qkv = data(rows_now * 3 * d, 100 + step);
-        gpu.cached_attention(&gpu.buffer_from_host(&qkv), &mut gcache, shape, &mut go);
-        cpu.cached_attention(&qkv, &mut ccache, shape, &mut co);
+        gpu.cached_attention(&Ctx::default(), &gpu.buffer_from_host(&qkv), &mut gcache, shape, &mut go);
+        cpu.cached_attention(&Ctx::default(), &qkv, &mut ccache, shape, &mut co);
         assert_close(&host(&gpu, &mut go), &co, 1e-5, &format!("cached attention step {step}"));
         if step == 10 {
             let sources = [2usize, 2, 0, 1];
