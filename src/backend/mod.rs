@@ -335,8 +335,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn add_positions(&self, x: &mut Self::Buffer, dim: usize, table: PositionTable<'_, Self>, positions: &[usize]);
 
     /// Self-attention within each sequence of a batch (the encoder): `qkv` holds each
-    /// row's fused `[q | k | v]`; writes the attended rows `[rows, dim]`.
-    /// Each operation that attends spreads its rows over `ctx.threads` where the backend can.
+    /// row's fused `[q | k | v]`; writes the attended rows `[rows, dim]`. This and the other
+    /// attention operations may spread their query rows over `ctx.threads`.
     fn sequence_attention(&self, ctx: &Ctx, qkv: &Self::Buffer, layout: &SequenceLayout, shape: AttentionShape, out: &mut Self::Buffer);
     /// Whether decodings here can keep their keys/values as `kv` (a device backend: float32 only).
     fn stores_kv_as(&self, kv: KvCacheType) -> bool {

@@ -73,6 +73,10 @@ pub(crate) fn split_rows(out: &mut [f32], row_len: usize, threads: usize, work: 
             starts.push(r);
         }
     }
+    if starts.len() == 1 {
+        run(0, out);
+        return;
+    }
     // As in split_panels: the pool's threads run at the level forced on this one.
     let forced = isa::forced_here();
     let run = &run;
