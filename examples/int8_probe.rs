@@ -51,35 +51,46 @@ mod probe {
           "dec {n}", "jnz 2b", n = inout(reg) n => _, out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
           out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _);
     }
+    // `reg` = the 32 weight bytes at `{w}+off`.
+    macro_rules! load_weights {
+        ($off:literal, $reg:literal) => {
+            concat!("vmovdqu ", $reg, ", [{w}+", $off, "]\n")
+        };
+    }
+    // `acc` += the int16 pair sums in `sum`, widened to int32 by `vpmaddwd` with the ones at {o}.
+    macro_rules! widen_into {
+        ($sum:literal, $acc:literal) => {
+            concat!(
+                "vpmaddwd ",
+                $sum,
+                ", ",
+                $sum,
+                ", [{o}]\n",
+                "vpaddd ",
+                $acc,
+                ", ",
+                $acc,
+                ", ",
+                $sum,
+                "\n"
+            )
+        };
+    }
     // One octet step of 2 rows x 32 columns: the rows' 8 bytes at {x} (row 0 at 0, row 1 at 8), the
     // panel's 2 x 128 bytes at {w}, the ones of `vpmaddwd` at {o}.
     macro_rules! octj {
         ($wa:literal, $wb:literal, $s0:literal, $s1:literal) => {
             concat!(
-                "vmovdqu ymm12, [{w}+",
-                $wa,
-                "]\n",
-                "vmovdqu ymm13, [{w}+",
-                $wb,
-                "]\n",
+                load_weights!($wa, "ymm12"),
+                load_weights!($wb, "ymm13"),
                 "vpmaddubsw ymm14, ymm12, ymm8\n",
                 "vpmaddubsw ymm15, ymm13, ymm9\n",
                 "vpaddw ymm14, ymm14, ymm15\n",
-                "vpmaddwd ymm14, ymm14, [{o}]\n",
-                "vpaddd ",
-                $s0,
-                ", ",
-                $s0,
-                ", ymm14\n",
+                widen_into!("ymm14", $s0),
                 "vpmaddubsw ymm14, ymm12, ymm10\n",
                 "vpmaddubsw ymm15, ymm13, ymm11\n",
                 "vpaddw ymm14, ymm14, ymm15\n",
-                "vpmaddwd ymm14, ymm14, [{o}]\n",
-                "vpaddd ",
-                $s1,
-                ", ",
-                $s1,
-                ", ymm14\n",
+                widen_into!("ymm14", $s1),
             )
         };
     }
@@ -97,44 +108,26 @@ mod probe {
     macro_rules! hexj {
         ($w0:literal, $w1:literal, $w2:literal, $w3:literal, $s0:literal, $s1:literal) => {
             concat!(
-                "vmovdqu ymm12, [{w}+",
-                $w0,
-                "]\n",
+                load_weights!($w0, "ymm12"),
                 "vpmaddubsw ymm14, ymm12, ymm8\n",
                 "vpmaddubsw ymm15, ymm12, ymm10\n",
-                "vmovdqu ymm12, [{w}+",
-                $w1,
-                "]\n",
+                load_weights!($w1, "ymm12"),
                 "vpmaddubsw ymm13, ymm12, ymm9\n",
                 "vpaddw ymm14, ymm14, ymm13\n",
                 "vpmaddubsw ymm13, ymm12, ymm11\n",
                 "vpaddw ymm15, ymm15, ymm13\n",
-                "vmovdqu ymm12, [{w}+",
-                $w2,
-                "]\n",
+                load_weights!($w2, "ymm12"),
                 "vpmaddubsw ymm13, ymm12, ymm8\n",
                 "vpaddw ymm14, ymm14, ymm13\n",
                 "vpmaddubsw ymm13, ymm12, ymm10\n",
                 "vpaddw ymm15, ymm15, ymm13\n",
-                "vmovdqu ymm12, [{w}+",
-                $w3,
-                "]\n",
+                load_weights!($w3, "ymm12"),
                 "vpmaddubsw ymm13, ymm12, ymm9\n",
                 "vpaddw ymm14, ymm14, ymm13\n",
                 "vpmaddubsw ymm13, ymm12, ymm11\n",
                 "vpaddw ymm15, ymm15, ymm13\n",
-                "vpmaddwd ymm14, ymm14, [{o}]\n",
-                "vpaddd ",
-                $s0,
-                ", ",
-                $s0,
-                ", ymm14\n",
-                "vpmaddwd ymm15, ymm15, [{o}]\n",
-                "vpaddd ",
-                $s1,
-                ", ",
-                $s1,
-                ", ymm15\n",
+                widen_into!("ymm14", $s0),
+                widen_into!("ymm15", $s1),
             )
         };
     }
@@ -154,31 +147,18 @@ mod probe {
     macro_rules! hex1j {
         ($w0:literal, $w1:literal, $w2:literal, $w3:literal, $s0:literal) => {
             concat!(
-                "vmovdqu ymm12, [{w}+",
-                $w0,
-                "]\n",
+                load_weights!($w0, "ymm12"),
                 "vpmaddubsw ymm14, ymm12, ymm8\n",
-                "vmovdqu ymm12, [{w}+",
-                $w1,
-                "]\n",
+                load_weights!($w1, "ymm12"),
                 "vpmaddubsw ymm13, ymm12, ymm9\n",
                 "vpaddw ymm14, ymm14, ymm13\n",
-                "vmovdqu ymm12, [{w}+",
-                $w2,
-                "]\n",
+                load_weights!($w2, "ymm12"),
                 "vpmaddubsw ymm13, ymm12, ymm10\n",
                 "vpaddw ymm14, ymm14, ymm13\n",
-                "vmovdqu ymm12, [{w}+",
-                $w3,
-                "]\n",
+                load_weights!($w3, "ymm12"),
                 "vpmaddubsw ymm13, ymm12, ymm11\n",
                 "vpaddw ymm14, ymm14, ymm13\n",
-                "vpmaddwd ymm14, ymm14, [{o}]\n",
-                "vpaddd ",
-                $s0,
-                ", ",
-                $s0,
-                ", ymm14\n",
+                widen_into!("ymm14", $s0),
             )
         };
     }
