@@ -31,11 +31,15 @@ impl OutPtr {
     }
 }
 
+/// The work (multiply-adds) from which an operation is split across threads: below it,
+/// waking the pool's threads costs more than they save.
+const WORTH_SPLITTING: usize = 1 << 20;
+
 /// Runs `run(p0, p1)` over the panels `0..panels` (disjoint output columns): split across
 /// `threads` of the current rayon pool when the product (`work` multiply-adds) is worth
 /// it, else on this thread.
 pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl Fn(usize, usize) + Sync) {
-    if threads > 1 && work >= 1 << 20 && panels >= 2 * threads {
+    if threads > 1 && work >= WORTH_SPLITTING && panels >= 2 * threads {
         let chunk = panels.div_ceil(threads);
         // The pool's threads run at the level forced on this one (isa::with_isa), so that
         // whatever `run` dispatches matches the level the caller chose.
@@ -62,7 +66,7 @@ pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl
 /// inputs (attention's query rows), the result is the same either way.
 pub(crate) fn split_rows(out: &mut [f32], row_len: usize, threads: usize, work: usize, may_start: impl Fn(usize) -> bool, run: impl Fn(usize, &mut [f32]) + Sync) {
     let rows = if row_len == 0 { 0 } else { out.len() / row_len };
-    if threads <= 1 || work < 1 << 20 || rows < 2 {
+    if threads <= 1 || work < WORTH_SPLITTING || rows < 2 {
         run(0, out);
         return;
     }
