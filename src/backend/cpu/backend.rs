@@ -4,7 +4,7 @@
 //! ([`FloatOrder`]), which is what keeps Tolk's outputs identical to theirs.
 use std::sync::Arc;
 
-use super::attention::{attend_row, attend_row_padded, attend_row_sequential, attend_rows, KvView};
+use super::attention::{attend_row, attend_row_padded, attend_row_sequential, attend_rows, prefetch_rows, KvView};
 use super::int16::PackedI16Matrix;
 use super::int8::PackedI8Matrix;
 use super::isa;
@@ -218,9 +218,24 @@ impl Backend for CpuBackend {
         };
         let work = (0..rows).map(|r| cache.len(r)).sum::<usize>() * 2 * d;
         super::split_rows(out, d, ctx.threads, work, |_| true, |first, out| {
-            let (mut scores, mut blocks) = (Vec::new(), Vec::new());
+            let (mut scores, mut blocks, mut next) = (Vec::new(), Vec::new(), Vec::new());
+            let count = out.len() / d;
+            // Each row's first keys and values asked for while the row before it attends
+            // (see `prefetch_rows`).
+            let mut prefetch = |r: usize| {
+                if cache.is_float32() {
+                    cache.blocks(r, &mut next);
+                    prefetch_rows(&cache.keys(&next), &cache.values(&next), cache.len(r), d);
+                }
+            };
+            if count > 0 {
+                prefetch(first);
+            }
             for (i, o) in out.chunks_exact_mut(d).enumerate() {
                 let r = first + i;
+                if i + 1 < count {
+                    prefetch(r + 1);
+                }
                 let (q, len) = (&qkv[r * 3 * d..r * 3 * d + d], cache.len(r));
                 if cache.is_float32() {
                     cache.blocks(r, &mut blocks);
@@ -265,6 +280,16 @@ impl Backend for CpuBackend {
         super::split_rows(out, d, ctx.threads, work, starts_example, |first, out| {
             let mut scores = Vec::new();
             let end = first + out.len() / d;
+            // Each example's first keys and values asked for while the example before it
+            // attends (see `prefetch_rows`).
+            let prefetch = |r: usize| {
+                if kv == KvCacheType::Float32 && r < end {
+                    let (off, len) = (memory.offsets[row_example[r]], memory.lengths[row_example[r]]);
+                    let mem = &memory_kv[off * 2 * d..(off + len) * 2 * d];
+                    prefetch_rows(&KvView::contiguous(&mem, 2 * d, 0), &KvView::contiguous(&mem, 2 * d, d), len, d);
+                }
+            };
+            prefetch(first);
             let mut r = first;
             while r < end {
                 let ex = row_example[r];
@@ -274,6 +299,7 @@ impl Backend for CpuBackend {
                 // cross-attention), which MKL sums in its several-rows order instead of the
                 // one-query-row order. An example's rows are adjacent.
                 let rows = row_example[r..end].iter().take_while(|&&e| e == ex).count();
+                prefetch(r + rows);
                 let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
                 // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
                 let padded = memory.padded[ex];
