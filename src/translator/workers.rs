@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use crate::backend::cpu::team::Team;
 use crate::backend::Ctx;
 use crate::error::{Error, Result};
 
@@ -23,14 +24,15 @@ pub(crate) struct Worker {
     pub ctx: Ctx,
     /// The translator is being freed: running tasks stop at their next step.
     pub shutting_down: Arc<AtomicBool>,
-    intra_pool: Option<IntraPool>,
+    /// The threads of its matrix products and attention beside its own (`intra_threads`).
+    team: Option<Team>,
 }
 
 impl Worker {
     /// Runs `f` with this worker's threads available to the matrix products.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match self.intra_pool.as_ref().and_then(|p| p.pool.as_ref()) {
-            Some(pool) => pool.install(f),
+        match &self.team {
+            Some(team) => team.install(f),
             None => f(),
         }
     }
@@ -68,8 +70,11 @@ impl Workers {
         let mut workers =
             Workers { shared: Arc::clone(&shared), shutting_down: Arc::clone(&shutting_down), threads: Vec::new(), count: inter_threads };
         for i in 0..inter_threads {
-            let intra_pool = if intra_threads > 1 { Some(IntraPool::new(intra_threads)?) } else { None };
-            let worker = Worker { ctx: Ctx { threads: intra_threads }, shutting_down: Arc::clone(&shutting_down), intra_pool };
+            let team = match intra_threads {
+                0 | 1 => None,
+                n => Some(Team::new(n).map_err(|e| Error::invalid_argument(format!("cannot start {n} threads: {e}")))?),
+            };
+            let worker = Worker { ctx: Ctx { threads: intra_threads }, shutting_down: Arc::clone(&shutting_down), team };
             let shared = Arc::clone(&shared);
             let handle = std::thread::Builder::new()
                 .name(format!("tolk-worker-{i}"))
@@ -132,42 +137,6 @@ impl Drop for Workers {
         for handle in self.threads.drain(..) {
             // A completion callback may free the translator on a worker, which cannot join
             // itself; it exits as soon as its task returns (the queue is closed).
-            if handle.thread().id() != me {
-                let _ = handle.join();
-            }
-        }
-    }
-}
-
-/// The `intra_threads` of one worker: a private rayon pool (never the host's global one),
-/// whose threads are joined when it is dropped.
-struct IntraPool {
-    pool: Option<rayon::ThreadPool>,
-    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl IntraPool {
-    fn new(threads: usize) -> Result<IntraPool> {
-        let handles = Arc::new(Mutex::new(Vec::with_capacity(threads)));
-        let spawned = Arc::clone(&handles);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .spawn_handler(move |thread| {
-                let handle = std::thread::Builder::new().name("tolk-intra".into()).spawn(|| thread.run())?;
-                lock(&spawned).push(handle);
-                Ok(())
-            })
-            .build()
-            .map_err(|e| Error::invalid_argument(format!("cannot start {threads} threads: {e}")))?;
-        Ok(IntraPool { pool: Some(pool), threads: handles })
-    }
-}
-
-impl Drop for IntraPool {
-    fn drop(&mut self) {
-        drop(self.pool.take()); // Tells the idle threads to exit.
-        let me = std::thread::current().id();
-        for handle in lock(&self.threads).drain(..) {
             if handle.thread().id() != me {
                 let _ = handle.join();
             }

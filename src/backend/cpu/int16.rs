@@ -165,7 +165,7 @@ fn store_rows(acc: &[[i32; NR]; MR], rows: usize, e: &Epilogue, y: &mut [f32], l
 
 /// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`, with CTranslate2's int16 numerics
 /// (see the module comment). With `threads > 1` the panels (disjoint output columns) are
-/// split across the current rayon pool.
+/// split across the worker's intra threads (`team`).
 pub fn matmul_i16(x: &[f32], w: &PackedI16Matrix, bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
     let (n, k, pairs) = (w.n, w.k, w.pairs);
     assert!(x.len() >= m * k && y.len() >= m * n, "matmul_i16: buffer too small");

@@ -13,6 +13,7 @@ pub mod kv_cache;
 pub mod kv_storage;
 pub mod ops;
 pub mod packed;
+pub mod team;
 pub mod weight;
 
 pub use backend::CpuBackend;
@@ -32,25 +33,23 @@ impl OutPtr {
 }
 
 /// The work (multiply-adds) from which an operation is split across threads: below it,
-/// waking the pool's threads costs more than they save.
+/// handing parts to the team's threads costs more than they save.
 const WORTH_SPLITTING: usize = 1 << 20;
 
 /// Runs `run(p0, p1)` over the panels `0..panels` (disjoint output columns): split across
-/// `threads` of the current rayon pool when the product (`work` multiply-adds) is worth
-/// it, else on this thread.
+/// `threads` of the worker's team (`team::run_parts`) when the product (`work`
+/// multiply-adds) is worth it, else on this thread.
 pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl Fn(usize, usize) + Sync) {
+    let threads = threads.min(team::available());
     if threads > 1 && work >= WORTH_SPLITTING && panels >= 2 * threads {
         let chunk = panels.div_ceil(threads);
-        // The pool's threads run at the level forced on this one (isa::with_isa), so that
+        // The team's threads run at the level forced on this one (isa::with_isa), so that
         // whatever `run` dispatches matches the level the caller chose.
         let forced = isa::forced_here();
-        rayon::scope(|s| {
-            for t in 0..threads {
-                let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
-                if p0 < p1 {
-                    let run = &run;
-                    s.spawn(move |_| isa::with_forced(forced, || run(p0, p1)));
-                }
+        team::run_parts(threads, &|t| {
+            let (p0, p1) = (t * chunk, ((t + 1) * chunk).min(panels));
+            if p0 < p1 {
+                isa::with_forced(forced, || run(p0, p1));
             }
         });
     } else {
@@ -59,13 +58,14 @@ pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl
 }
 
 /// Runs `run(first, rows)` over the rows of `out` (`row_len` values each) in contiguous
-/// parts, one per thread of the current rayon pool (at most `threads`) when the work
-/// (`work` multiply-adds) is worth it, else over all rows at once on this thread. A part
-/// starts only at a row where `may_start(row)` (rows computed together, such as an
-/// example's beams, stay together). For operations whose rows depend only on their own
-/// inputs (attention's query rows), the result is the same either way.
+/// parts, one per thread of the worker's team (at most `threads`) when the work (`work`
+/// multiply-adds) is worth it, else over all rows at once on this thread. A part starts
+/// only at a row where `may_start(row)` (rows computed together, such as an example's
+/// beams, stay together). For operations whose rows depend only on their own inputs
+/// (attention's query rows), the result is the same either way.
 pub(crate) fn split_rows(out: &mut [f32], row_len: usize, threads: usize, work: usize, may_start: impl Fn(usize) -> bool, run: impl Fn(usize, &mut [f32]) + Sync) {
     let rows = if row_len == 0 { 0 } else { out.len() / row_len };
+    let threads = threads.min(team::available());
     if threads <= 1 || work < WORTH_SPLITTING || rows < 2 {
         run(0, out);
         return;
@@ -81,17 +81,15 @@ pub(crate) fn split_rows(out: &mut [f32], row_len: usize, threads: usize, work: 
         run(0, out);
         return;
     }
-    // As in split_panels: the pool's threads run at the level forced on this one.
+    // As in split_panels: the team's threads run at the level forced on this one.
     let forced = isa::forced_here();
-    let run = &run;
-    rayon::scope(|s| {
-        let mut rest = &mut out[..rows * row_len];
-        for (i, &first) in starts.iter().enumerate() {
-            let end = starts.get(i + 1).copied().unwrap_or(rows);
-            let (part, tail) = std::mem::take(&mut rest).split_at_mut((end - first) * row_len);
-            rest = tail;
-            s.spawn(move |_| isa::with_forced(forced, || run(first, part)));
-        }
+    let base = OutPtr(out.as_mut_ptr());
+    team::run_parts(starts.len(), &|i| {
+        let (first, end) = (starts[i], starts.get(i + 1).copied().unwrap_or(rows));
+        // SAFETY: the parts' row ranges are disjoint and within `out`, which outlives
+        // `run_parts` (it returns once every part has).
+        let part = unsafe { std::slice::from_raw_parts_mut(base.get().add(first * row_len), (end - first) * row_len) };
+        isa::with_forced(forced, || run(first, part));
     });
 }
 
@@ -104,19 +102,25 @@ mod tests {
     #[test]
     fn split_products_run_at_the_forced_level() {
         let seen = Mutex::new(Vec::new());
-        isa::with_isa(isa::Isa::Scalar, || {
-            split_panels(64, 4, 1 << 24, |p0, _| seen.lock().unwrap().push((p0, isa::current())));
+        team::Team::new(4).unwrap().install(|| {
+            isa::with_isa(isa::Isa::Scalar, || {
+                split_panels(64, 4, 1 << 24, |p0, _| seen.lock().unwrap().push((p0, isa::current(), std::thread::current().id())));
+            })
         });
         let seen = seen.into_inner().unwrap();
         assert_eq!(seen.len(), 4);
-        assert!(seen.iter().all(|&(_, level)| level == isa::Isa::Scalar), "{seen:?}");
+        let mut threads: Vec<String> = seen.iter().map(|p| format!("{:?}", p.2)).collect();
+        threads.sort();
+        threads.dedup();
+        assert_eq!(threads.len(), 4, "one part per thread");
+        assert!(seen.iter().all(|&(_, level, _)| level == isa::Isa::Scalar), "{seen:?}");
     }
 
     /// Rows split across the pool start parts only where allowed, cover every row once, and
     /// run at the level forced on the caller.
     #[test]
     fn split_rows_cover_every_row_in_allowed_parts() {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let pool = team::Team::new(3).unwrap();
         let seen = Mutex::new(Vec::new());
         let mut out = vec![0.0f32; 10 * 2];
         pool.install(|| {
@@ -159,7 +163,7 @@ mod tests {
         let row_example = [0, 0, 0, 0, 1, 2, 2, 3, 4, 5, 5, 5, 5, 6, 7, 7, 8, 8, 8, 8, 7, 6, 6, 5, 4, 3, 2, 1, 1, 1, 1, 0];
         let query = values(row_example.len() * d);
         let steps: Vec<Vec<f32>> = (0..48).map(|_| values(row_example.len() * 3 * d)).collect();
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let pool = team::Team::new(3).unwrap();
         for order in [FloatOrder::Ctranslate2, FloatOrder::Marian] {
             let shape = AttentionShape { num_heads: heads, dim: d, order };
             let run = |ctx: &Ctx| {

@@ -72,7 +72,7 @@ impl PackedMatrix {
 }
 
 /// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`. With `threads > 1` the panels
-/// (disjoint output columns) are split across the current rayon pool.
+/// (disjoint output columns) are split across the worker's intra threads (`team`).
 pub fn matmul_packed(x: &[f32], w: &PackedMatrix, bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
     let (n, k) = (w.n, w.k);
     assert!(x.len() >= m * k && y.len() >= m * n, "matmul_packed: buffer too small");

@@ -445,7 +445,7 @@ impl TileOut<'_> {
 }
 
 /// `y[m, n] = x[m, k] · Wᵀ` (+ bias), overwriting `y`. With `threads > 1` the panels
-/// (disjoint output columns) are split across the current rayon pool.
+/// (disjoint output columns) are split across the worker's intra threads (`team`).
 pub fn matmul_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, y: &mut [f32], m: usize, threads: usize) {
     matmul_i8_relu(x, w, bias, false, y, m, threads)
 }
