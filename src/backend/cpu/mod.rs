@@ -32,9 +32,13 @@ impl OutPtr {
     }
 }
 
-/// The work (multiply-adds) from which an operation is split across threads: below it,
+/// The work (multiply-adds) from which a matrix product is split across threads: below it,
 /// handing parts to the team's threads costs more than they save.
 const WORTH_SPLITTING: usize = 1 << 20;
+/// The same for attention (`split_rows`), whose multiply-adds each read a key or value
+/// element from memory and run some 20 times slower than a product's: a decoder step's
+/// self-attention over 32 rows of 20 keys (650k) takes ~140 us on one thread (Zen 4).
+const ATTENTION_WORTH_SPLITTING: usize = 1 << 16;
 
 /// Runs `run(p0, p1)` over the panels `0..panels` (disjoint output columns): split across
 /// `threads` of the worker's team (`team::run_parts`) when the product (`work`
@@ -58,15 +62,15 @@ pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl
 }
 
 /// Runs `run(first, rows)` over the rows of `out` (`row_len` values each) in contiguous
-/// parts, one per thread of the worker's team (at most `threads`) when the work (`work`
-/// multiply-adds) is worth it, else over all rows at once on this thread. A part starts
+/// parts, one per thread of the worker's team (at most `threads`) when the attention's
+/// work (`work` multiply-adds) is worth it, else over all rows at once on this thread. A part starts
 /// only at a row where `may_start(row)` (rows computed together, such as an example's
 /// beams, stay together). For operations whose rows depend only on their own inputs
 /// (attention's query rows), the result is the same either way.
 pub(crate) fn split_rows(out: &mut [f32], row_len: usize, threads: usize, work: usize, may_start: impl Fn(usize) -> bool, run: impl Fn(usize, &mut [f32]) + Sync) {
     let rows = if row_len == 0 { 0 } else { out.len() / row_len };
     let threads = threads.min(team::available());
-    if threads <= 1 || work < WORTH_SPLITTING || rows < 2 {
+    if threads <= 1 || work < ATTENTION_WORTH_SPLITTING || rows < 2 {
         run(0, out);
         return;
     }
