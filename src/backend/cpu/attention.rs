@@ -337,9 +337,9 @@ fn rows_ahead(width: usize) -> usize {
 /// decoder calls it for the next row (or example) before attending the current one: a
 /// decoder step finds its keys and values in memory (the weights streamed since the last
 /// step evicted them), and asked for a key at a time, their latency was not hidden. Zen 4,
-/// zh-en int8, cycles a key of a decoder step's self- and cross-attention, the same process
-/// alternating builds (2026-11-29): greedy 1143 -> 575, beam 4 at AVX2 815 -> 519 (its
-/// cross-attention, several beams a product, 547 -> 485); tokens/s +3% and +1%.
+/// zh-en int8, cycles a key of a decoder step's self- and cross-attention (one process
+/// alternating the variants, 2026-11-29): greedy 1143 -> 575, beam 4 at AVX2 815 -> 519
+/// (its cross-attention, several beams a product, 547 -> 485); tokens/s +3% and +1%.
 pub fn prefetch_rows(keys: &KvView, values: &KvView, len: usize, width: usize) {
     for j in 0..len.min(rows_ahead(width)) {
         keys.prefetch(j, len, width, Cache::L2);

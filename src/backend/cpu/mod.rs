@@ -63,10 +63,10 @@ pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl
 
 /// Runs `run(first, rows)` over the rows of `out` (`row_len` values each) in contiguous
 /// parts, one per thread of the worker's team (at most `threads`) when the attention's
-/// work (`work` multiply-adds) is worth it, else over all rows at once on this thread. A part starts
-/// only at a row where `may_start(row)` (rows computed together, such as an example's
-/// beams, stay together). For operations whose rows depend only on their own inputs
-/// (attention's query rows), the result is the same either way.
+/// work (`work` multiply-adds) is worth it, else over all rows at once on this thread. A
+/// part starts only at a row where `may_start(row)` (rows computed together, such as an
+/// example's beams, stay together). For operations whose rows depend only on their own
+/// inputs (attention's query rows), the result is the same either way.
 pub(crate) fn split_rows(out: &mut [f32], row_len: usize, threads: usize, work: usize, may_start: impl Fn(usize) -> bool, run: impl Fn(usize, &mut [f32]) + Sync) {
     let rows = if row_len == 0 { 0 } else { out.len() / row_len };
     let threads = threads.min(team::available());
