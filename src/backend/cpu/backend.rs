@@ -219,26 +219,24 @@ impl Backend for CpuBackend {
         let work = (0..rows).map(|r| cache.len(r)).sum::<usize>() * 2 * d;
         super::split_rows(out, d, ctx.threads, work, |_| true, |first, out| {
             let (mut scores, mut blocks, mut next) = (Vec::new(), Vec::new(), Vec::new());
-            let count = out.len() / d;
-            // Each row's first keys and values asked for while the row before it attends
-            // (see `prefetch_rows`).
-            let mut prefetch = |r: usize| {
-                if cache.is_float32() {
-                    cache.blocks(r, &mut next);
-                    prefetch_rows(&cache.keys(&next), &cache.values(&next), cache.len(r), d);
-                }
-            };
-            if count > 0 {
-                prefetch(first);
+            let (count, float32) = (out.len() / d, cache.is_float32());
+            // A row's blocks are found a row ahead, and its first keys and values asked for
+            // while the row before it attends (see `prefetch_rows`).
+            fn find_ahead<'a>(cache: &'a CpuKvCache, r: usize, d: usize, blocks: &mut Vec<&'a [f32]>) {
+                cache.blocks(r, blocks);
+                prefetch_rows(&cache.keys(blocks), &cache.values(blocks), cache.len(r), d);
+            }
+            if float32 && count > 0 {
+                find_ahead(cache, first, d, &mut next);
             }
             for (i, o) in out.chunks_exact_mut(d).enumerate() {
                 let r = first + i;
-                if i + 1 < count {
-                    prefetch(r + 1);
-                }
                 let (q, len) = (&qkv[r * 3 * d..r * 3 * d + d], cache.len(r));
-                if cache.is_float32() {
-                    cache.blocks(r, &mut blocks);
+                if float32 {
+                    std::mem::swap(&mut blocks, &mut next);
+                    if i + 1 < count {
+                        find_ahead(cache, r + 1, d, &mut next);
+                    }
                     attend(q, cache.keys(&blocks), cache.values(&blocks), len, &mut scores, o);
                 } else {
                     with_widened(|wide| {
