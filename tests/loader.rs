@@ -256,6 +256,32 @@ fn intra_threads_do_not_change_quantized_results() {
     }
 }
 
+/// The real model splits what the tiny one does not (a beam step's 65k-logit rows, the
+/// activations of its feed-forward layers): the same tokens and scores bit for bit at any
+/// number of intra threads.
+#[test]
+fn intra_threads_do_not_change_real_model_results() {
+    use tolk::ComputeType;
+    let Some((dir, source)) = zh_en_pieces(24) else { return };
+    for compute_type in [ComputeType::Int8, ComputeType::Float32] {
+        let model = Model::load_with(&dir, compute_type).unwrap();
+        for beam_size in [1, 4] {
+            let opts = TranslateOptions { beam_size, max_batch_size: 12, return_scores: true, ..Default::default() };
+            let run = |threads| {
+                let config = TranslatorConfig { intra_threads: threads, ..Default::default() };
+                Translator::with_config(&model, &config).unwrap().translate_batch(&source, None, &opts).unwrap()
+            };
+            let bits = |results: &[tolk::TranslationResult]| {
+                results.iter().map(|r| (r.hypotheses.clone(), r.scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>())).collect::<Vec<_>>()
+            };
+            let one = bits(&run(1));
+            for threads in [2, 3] {
+                assert_eq!(bits(&run(threads)), one, "{compute_type:?} beam {beam_size}, {threads} threads");
+            }
+        }
+    }
+}
+
 #[test]
 fn long_beam_searches_keep_memory_bounded() {
     // Beam reordering copies key/value caches from row to row; their buffers must be

@@ -322,7 +322,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn linear(&self, ctx: &Ctx, x: &Self::Buffer, rows: usize, w: &Self::Matrix, bias: Option<&Self::Vector>, relu: bool, out: &mut Self::Buffer);
     /// Layer norm of each row (RMS norm without `beta`), in place.
     fn layer_norm(&self, x: &mut Self::Buffer, gamma: &Self::Vector, beta: Option<&Self::Vector>, epsilon: f32, order: FloatOrder);
-    fn activation(&self, x: &mut Self::Buffer, activation: Activation);
+    /// The activation of every element, in place.
+    fn activation(&self, ctx: &Ctx, x: &mut Self::Buffer, activation: Activation);
     /// `x += y`.
     fn add(&self, x: &mut Self::Buffer, y: &Self::Buffer);
     fn copy(&self, src: &Self::Buffer, dst: &mut Self::Buffer);

@@ -6,8 +6,9 @@ use super::{
     disable, finalize, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
     StartTokens,
 };
-use crate::backend::cpu::ops;
+use crate::backend::cpu::{ops, split_rows};
 use crate::backend::{Ctx, TopLogits};
+use std::sync::Mutex;
 
 /// The `k` best (index, value) pairs of `values`, best first; the lower index wins ties.
 pub fn top_k(values: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
@@ -34,6 +35,42 @@ pub fn top_k(values: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
             let pos = out.partition_point(|&(_, x)| x >= v);
             out.insert(pos, (c * 64 + i, v));
         }
+    }
+}
+
+/// What [`DecoderSession::step_top`] finds, from the logits on the host: each row's `k`
+/// best logits (`top_k`, after its `disabled` columns are set to `f32::MIN`) and its
+/// log-sum-exp. The rows are independent, so they are split across the worker's team
+/// (the exponentials of 65k logits a row were 4% of int8 beam 4 at 2 threads, all on
+/// the worker's thread).
+fn host_top(ctx: &Ctx, logits: &mut [f32], vocab: usize, disabled: &[&[u32]], k: usize, top: &mut TopLogits) {
+    let parts = Mutex::new(Vec::new());
+    // A row's log-sum-exp costs about as much as 4 multiply-adds a logit.
+    split_rows(logits, vocab, ctx.threads, logits.len() * 4, |_| true, |first, rows| {
+        let (mut candidates, mut log_sum_exp, mut best) = (Vec::new(), Vec::new(), Vec::new());
+        for (row, mask) in rows.chunks_exact_mut(vocab).zip(&disabled[first..]) {
+            disable(row, mask);
+            top_k(row, k, &mut best);
+            // The best candidate is the row's largest logit: no pass for the maximum (a
+            // NaN in the row makes the sum NaN either way). Meanwhile the next row is
+            // fetched (the logits of a step outgrow the caches).
+            let next = row.as_ptr().wrapping_add(vocab);
+            log_sum_exp.push(match best.first() {
+                Some(&(_, max)) if !max.is_nan() => ops::log_sum_exp_then(row, max, next),
+                _ => ops::log_sum_exp(row),
+            });
+            candidates.extend_from_slice(&best);
+        }
+        parts.lock().unwrap_or_else(|e| e.into_inner()).push((first, candidates, log_sum_exp));
+    });
+    let mut parts = parts.into_inner().unwrap_or_else(|e| e.into_inner());
+    parts.sort_by_key(|(first, ..)| *first);
+    top.k = k;
+    top.candidates.clear();
+    top.log_sum_exp.clear();
+    for (_, candidates, log_sum_exp) in parts {
+        top.candidates.extend(candidates);
+        top.log_sum_exp.extend(log_sum_exp);
     }
 }
 
@@ -165,46 +202,22 @@ pub fn beam_continuous(
                 std::iter::repeat_n(mask, rows_of(example))
             })
             .collect();
-        let found = decoder.step_top(ctx, inputs, &masks, per_row, &mut logits, &mut top);
-        row_candidates.clear();
-        if found {
-            let mut r = 0;
-            for &ex in alive.iter() {
-                let example = &examples[ex];
-                let expanded = !expand_after_first_step || example.step > 0;
-                for _ in 0..rows_of(example) {
-                    let shift = top.log_sum_exp[r];
-                    row_candidates.extend(top.candidates[r * per_row..(r + 1) * per_row].iter().map(|&(id, logit)| {
-                        let log_prob = logit - shift;
-                        (r * vocab + id, if expanded { log_prob + scores[r] } else { log_prob })
-                    }));
-                    r += 1;
-                }
-            }
+        if !decoder.step_top(ctx, inputs, &masks, per_row, &mut logits, &mut top) {
+            host_top(ctx, &mut logits[..masks.len() * vocab], vocab, &masks, per_row, &mut top);
         }
-        let mut rows = logits.chunks_exact_mut(vocab).enumerate();
-        for &ex in alive.iter().filter(|_| !found) {
+        row_candidates.clear();
+        let mut r = 0;
+        for &ex in alive.iter() {
             let example = &examples[ex];
             // On one row, an example's first step has no beam score to add.
             let expanded = !expand_after_first_step || example.step > 0;
-            for (r, row) in rows.by_ref().take(rows_of(example)) {
-                disable(row, &disabled);
-                if example.step < groups.params(example.group).min_length {
-                    disable(row, &end_columns);
-                }
-                top_k(row, num_candidates, &mut candidates);
-                // The best candidate is the row's largest logit: no pass for the maximum
-                // (a NaN in the row makes the sum NaN either way).
-                // Meanwhile the next row is fetched (the logits of a step outgrow the caches).
-                let next = row.as_ptr().wrapping_add(vocab);
-                let shift = match candidates.first() {
-                    Some(&(_, best)) if !best.is_nan() => ops::log_sum_exp_then(row, best, next),
-                    _ => ops::log_sum_exp(row),
-                };
-                row_candidates.extend(candidates.iter().map(|&(id, logit)| {
+            for _ in 0..rows_of(example) {
+                let shift = top.log_sum_exp[r];
+                row_candidates.extend(top.candidates[r * per_row..(r + 1) * per_row].iter().map(|&(id, logit)| {
                     let log_prob = logit - shift;
                     (r * vocab + id, if expanded { log_prob + scores[r] } else { log_prob })
                 }));
+                r += 1;
             }
         }
 

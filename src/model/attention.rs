@@ -148,7 +148,7 @@ impl<B: Backend> FeedForward<B> {
             self.inner.forward_relu(b, ctx, input, rows, &mut scratch.hidden);
         } else {
             self.inner.forward(b, ctx, input, rows, &mut scratch.hidden);
-            b.activation(&mut scratch.hidden, self.activation);
+            b.activation(ctx, &mut scratch.hidden, self.activation);
         }
         self.outer.forward(b, ctx, &scratch.hidden, rows, &mut scratch.proj);
         b.add(x, &scratch.proj);

@@ -656,7 +656,7 @@ impl<B: Backend> Decoder<B> {
         }
         for layer in &block.hidden {
             layer.forward(b, ctx, y, rows, &mut scratch.hidden);
-            b.activation(&mut scratch.hidden, block.activation);
+            b.activation(ctx, &mut scratch.hidden, block.activation);
             std::mem::swap(y, &mut scratch.hidden);
         }
         if let Some(projection) = &block.projection {

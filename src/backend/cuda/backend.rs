@@ -436,7 +436,7 @@ impl Backend for CudaBackend {
         launch!(dev, "layer_norm", Device::per_row(rows), x.slice_mut(), &gamma.data, beta, &d_i, &epsilon, &mode);
     }
 
-    fn activation(&self, x: &mut DeviceBuffer, activation: Activation) {
+    fn activation(&self, _ctx: &Ctx, x: &mut DeviceBuffer, activation: Activation) {
         let (kind, n) = (activation_code(activation), x.len());
         if n > 0 {
             let n_i = to_i32(n);

@@ -266,8 +266,8 @@ fn operations_match_the_cpu_backend() {
         let a = Activation::from_ct2_id(id).unwrap();
         let v: Vec<f32> = data(300, 7).iter().map(|v| v * 4.0).collect();
         let (mut gv, mut cv) = (gpu.buffer_from_host(&v), v.clone());
-        gpu.activation(&mut gv, a);
-        cpu.activation(&mut cv, a);
+        gpu.activation(&ctx, &mut gv, a);
+        cpu.activation(&ctx, &mut cv, a);
         assert_close(&host(&gpu, &mut gv), &cv, 1e-6, &format!("{a:?}"));
     }
     let (mut gy, gz) = (gpu.buffer_from_host(&y), gpu.buffer_from_host(&data(rows * d, 8)));
