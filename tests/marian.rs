@@ -105,6 +105,25 @@ fn every_isa_translates_the_package_identically() {
     }
 }
 
+/// intgemm's quantization and products split across intra threads (rows of a batch of
+/// dev verses, enough to split): the same translations.
+#[test]
+fn intra_threads_translate_the_package_identically() {
+    let Some(dir) = en_pt() else { return };
+    let Some(data) = common::find("TOLK_DATA", "data", "dev-matthew.en") else { return };
+    let text = std::fs::read_to_string(data).unwrap();
+    let lines: Vec<&str> = text.lines().take(48).collect();
+    let model = Model::load(&dir).unwrap();
+    let run = |threads| {
+        let t = Translator::with_config(&model, &TranslatorConfig { intra_threads: threads, ..Default::default() }).unwrap();
+        let text = TextOptions { split_mode: tolk::SplitMode::Lines, ..TextOptions::default() };
+        t.translate_text(&lines, &t.default_options(), &text).unwrap().into_iter().map(|t| t.text).collect::<Vec<_>>()
+    };
+    let one = run(1);
+    assert_eq!(run(2), one);
+    assert_eq!(run(3), one);
+}
+
 #[test]
 fn a_folder_of_neither_family_says_what_was_looked_for() {
     let dir = common::temp_dir("marian-neither");

@@ -18,16 +18,24 @@ pub mod weight;
 
 pub use backend::CpuBackend;
 
-/// The output pointer shared by the threads of one matrix product: each writes its own
-/// columns of `y`, so no two threads touch the same element.
-#[derive(Clone, Copy)]
-pub(crate) struct OutPtr(pub *mut f32);
-// SAFETY: see above; the products that share it write disjoint columns.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
+/// The output pointer shared by the threads of one operation split across the team: each
+/// writes its own part (a product's columns, a part's rows), so no two threads touch the
+/// same element.
+pub(crate) struct OutPtr<T = f32>(pub *mut T);
+// SAFETY: see above; the threads that share it write disjoint elements.
+unsafe impl<T> Send for OutPtr<T> {}
+unsafe impl<T> Sync for OutPtr<T> {}
 
-impl OutPtr {
-    pub fn get(self) -> *mut f32 {
+// Not derived: the derives would ask `T: Copy`, which a pointer does not need.
+impl<T> Clone for OutPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for OutPtr<T> {}
+
+impl<T> OutPtr<T> {
+    pub fn get(self) -> *mut T {
         self.0
     }
 }

@@ -277,27 +277,38 @@ impl QuantizedRows {
         &self.data[g * self.kp * MR..(g + 1) * self.kp * MR]
     }
 
-    fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool, fixed_scale: Option<f32>, intgemm: bool) {
+    /// Quantizes the `m` rows of `x` (`k` values each), split by groups of rows across
+    /// `threads` of the worker's team where that is worth it (each row's bytes depend on
+    /// that row only).
+    #[allow(clippy::too_many_arguments)]
+    fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool, fixed_scale: Option<f32>, intgemm: bool, threads: usize) {
         self.kp = k.div_ceil(4) * 4;
-        let groups = m.div_ceil(MR);
+        let (kp, groups) = (self.kp, m.div_ceil(MR));
         // Grown, never shrunk: the buffer lives as long as the thread (see ACTIVATIONS).
-        if self.data.len() < groups * self.kp * MR {
-            self.data.resize(groups * self.kp * MR, 0);
+        if self.data.len() < groups * kp * MR {
+            self.data.resize(groups * kp * MR, 0);
         }
         if self.inv_scales.len() < groups * MR {
             self.inv_scales.resize(groups * MR, 1.0);
         }
-        for r in 0..m {
-            let (g, lane) = (r / MR, r % MR);
-            let dst = &mut self.data[g * self.kp * MR..(g + 1) * self.kp * MR];
-            self.inv_scales[r] = match (intgemm, fixed_scale) {
-                (true, Some(scale)) => {
-                    quantize_row_intgemm(&x[r * k..(r + 1) * k], dst, lane, scale);
-                    1.0 / scale
-                }
-                _ => 1.0 / quantize_row(&x[r * k..(r + 1) * k], dst, lane, shifted, fixed_scale),
-            };
-        }
+        let data = OutPtr(self.data.as_mut_ptr());
+        // Parts start at a group's first row, so no two threads write the same group. A
+        // value costs about 2 multiply-adds (its row's maximum, then the rounding).
+        super::split_rows(&mut self.inv_scales[..m], 1, threads, 2 * m * k, |r| r % MR == 0, |first, inv_scales| {
+            for (r, inv_scale) in (first..).zip(inv_scales) {
+                let (g, lane) = (r / MR, r % MR);
+                // SAFETY: group g lies within `data` (resized above); the rows of one group
+                // are in one part, so this thread alone writes it while the parts run.
+                let dst = unsafe { std::slice::from_raw_parts_mut(data.get().add(g * kp * MR), kp * MR) };
+                *inv_scale = match (intgemm, fixed_scale) {
+                    (true, Some(scale)) => {
+                        quantize_row_intgemm(&x[r * k..(r + 1) * k], dst, lane, scale);
+                        1.0 / scale
+                    }
+                    _ => 1.0 / quantize_row(&x[r * k..(r + 1) * k], dst, lane, shifted, fixed_scale),
+                };
+            }
+        });
     }
 
     /// Plans the product of the `m` rows of `data` for `isa`'s kernel (`plan`): which
@@ -505,7 +516,7 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
     let shifted = intgemm || matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni);
     ACTIVATIONS.with(|a| {
         let mut a = a.borrow_mut();
-        a.fill(x, m, k, shifted, w.activation_scale, intgemm);
+        a.fill(x, m, k, shifted, w.activation_scale, intgemm, threads);
         #[cfg(target_arch = "x86_64")]
         if is_planned(isa, intgemm) {
             a.plan(m, isa);
