@@ -334,8 +334,8 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// Appends `layer`'s cross-attention keys/values of `memory` to `dst`, stored as `kv`;
-    /// `projected` holds them in float32 on the way, unless `dst` is `empty` and they are
-    /// kept in float32 (then they are written there directly).
+    /// `projected` holds them in float32 on the way to a compact type (float32 ones are
+    /// written into `dst` directly: as its rows if `empty`, else after them).
     #[allow(clippy::too_many_arguments)]
     fn append_memory_kv(
         &self,
@@ -348,13 +348,13 @@ impl<B: Backend> Decoder<B> {
         empty: bool,
     ) {
         let (b, total) = (&self.backend, memory.layout.total_rows());
-        if kv == KvCacheType::Float32 && empty {
-            return layer.cross_attention.kv.forward(b, ctx, &memory.data, total, dst);
-        }
-        layer.cross_attention.kv.forward(b, ctx, &memory.data, total, projected);
         match kv {
-            KvCacheType::Float32 => b.append_rows(dst, projected),
-            stored => b.append_stored_rows(dst, projected, 2 * self.embeddings.dim(), stored, self.head_dim()),
+            KvCacheType::Float32 if empty => layer.cross_attention.kv.forward(b, ctx, &memory.data, total, dst),
+            KvCacheType::Float32 => layer.cross_attention.kv.forward_append(b, ctx, &memory.data, total, dst),
+            stored => {
+                layer.cross_attention.kv.forward(b, ctx, &memory.data, total, projected);
+                b.append_stored_rows(dst, projected, 2 * self.embeddings.dim(), stored, self.head_dim());
+            }
         }
     }
 
