@@ -10,8 +10,9 @@ use super::{
     disable, finalize, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
     StartTokens,
 };
-use crate::backend::cpu::ops;
+use crate::backend::cpu::{ops, split_rows};
 use crate::backend::Ctx;
+use std::sync::Mutex;
 
 /// Greedy search over one batch; results in batch order.
 pub fn greedy_search(
@@ -22,6 +23,33 @@ pub fn greedy_search(
     params: &SearchParams,
 ) -> Vec<Hypotheses> {
     one_batch(observer, |search| greedy_continuous(ctx, decoder, search, starts.to_vec(), params.clone()))
+}
+
+/// Each row's arg-max (after its `disabled` columns are set to `f32::MIN`) into `best`,
+/// as a score its log-probability where `scored[row]` (the arg-max minus the row's
+/// log-sum-exp, as a full log-softmax would give it), else its logit. The rows are
+/// independent: they are split across the worker's team (each log-sum-exp takes the
+/// exponentials of the whole vocabulary).
+fn best_of_rows(ctx: &Ctx, logits: &mut [f32], vocab: usize, disabled: &[&[u32]], scored: &[bool], best: &mut Vec<(usize, f32)>) {
+    let parts = Mutex::new(Vec::new());
+    let work = logits.len() * if scored.contains(&true) { 4 } else { 1 };
+    split_rows(logits, vocab, ctx.threads, work, |_| true, |first, rows| {
+        let found: Vec<(usize, f32)> = rows
+            .chunks_exact_mut(vocab)
+            .zip(&disabled[first..])
+            .zip(&scored[first..])
+            .map(|((row, mask), &scored)| {
+                disable(row, mask);
+                let (column, logit) = ops::argmax(row);
+                (column, if scored { logit - ops::log_sum_exp(row) } else { logit })
+            })
+            .collect();
+        parts.lock().unwrap_or_else(|e| e.into_inner()).push((first, found));
+    });
+    let mut parts = parts.into_inner().unwrap_or_else(|e| e.into_inner());
+    parts.sort_by_key(|(first, _)| *first);
+    best.clear();
+    best.extend(parts.into_iter().flat_map(|(_, found)| found));
 }
 
 /// One example being decoded.
@@ -80,30 +108,24 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
         }
         // Without scores only each row's best column matters, which the decoder may find
         // without writing the logits out (8 MB for 32 rows of a 65k vocabulary).
-        let fused = if alive.iter().any(|&ex| groups.params(examples[ex].group).return_scores) {
+        let masks: Vec<&[u32]> = alive.iter().map(|&ex| masked(examples[ex].step, groups.params(examples[ex].group))).collect();
+        let scored: Vec<bool> = alive.iter().map(|&ex| groups.params(examples[ex].group).return_scores).collect();
+        let fused = if scored.contains(&true) {
             decoder.step(ctx, inputs, &mut logits);
             false
         } else {
-            let masks: Vec<&[u32]> = alive.iter().map(|&ex| masked(examples[ex].step, groups.params(examples[ex].group))).collect();
             decoder.step_best(ctx, inputs, &masks, &mut logits, &mut best)
         };
+        if !fused {
+            best_of_rows(ctx, &mut logits[..alive.len() * vocab], vocab, &masks, &scored, &mut best);
+        }
         let mut keep = Vec::with_capacity(alive.len());
         for (r, &ex) in alive.iter().enumerate() {
             let example = &mut examples[ex];
             let (params, step) = (groups.params(example.group), example.step);
             example.step += 1;
-            let (column, mut score) = if fused {
-                best[r]
-            } else {
-                let row = &mut logits[r * vocab..(r + 1) * vocab];
-                disable(row, masked(step, params));
-                ops::argmax(row)
-            };
+            let (column, mut score) = best[r];
             let mut word = target_id(column, output);
-            if params.return_scores {
-                // The log-probability of the arg-max, as a full log-softmax would give it.
-                score -= ops::log_sum_exp(&logits[r * vocab..(r + 1) * vocab]);
-            }
             let prefix = &example.start.prefix;
             if step < prefix.len() {
                 // Forced prefix tokens do not count in the score (as in CTranslate2).
