@@ -3,12 +3,11 @@
 //! deciding how many finished hypotheses end the search, forced target prefixes. Like
 //! greedy search it can take in more examples while it runs (continuous batching).
 use super::{
-    disable, finalize, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
+    disable, finalize, map_rows, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
     StartTokens,
 };
-use crate::backend::cpu::{ops, split_rows};
+use crate::backend::cpu::ops;
 use crate::backend::{Ctx, TopLogits};
-use std::sync::Mutex;
 
 /// The `k` best (index, value) pairs of `values`, best first; the lower index wins ties.
 pub fn top_k(values: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
@@ -44,33 +43,27 @@ pub fn top_k(values: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
 /// (the exponentials of 65k logits a row were 4% of int8 beam 4 at 2 threads, all on
 /// the worker's thread).
 fn host_top(ctx: &Ctx, logits: &mut [f32], vocab: usize, disabled: &[&[u32]], k: usize, top: &mut TopLogits) {
-    let parts = Mutex::new(Vec::new());
     // A row's log-sum-exp costs about as much as 4 multiply-adds a logit.
-    split_rows(logits, vocab, ctx.threads, logits.len() * 4, |_| true, |first, rows| {
-        let (mut candidates, mut log_sum_exp, mut best) = (Vec::new(), Vec::new(), Vec::new());
-        for (row, mask) in rows.chunks_exact_mut(vocab).zip(&disabled[first..]) {
-            disable(row, mask);
-            top_k(row, k, &mut best);
-            // The best candidate is the row's largest logit: no pass for the maximum (a
-            // NaN in the row makes the sum NaN either way). Meanwhile the next row is
-            // fetched (the logits of a step outgrow the caches).
-            let next = row.as_ptr().wrapping_add(vocab);
-            log_sum_exp.push(match best.first() {
-                Some(&(_, max)) if !max.is_nan() => ops::log_sum_exp_then(row, max, next),
-                _ => ops::log_sum_exp(row),
-            });
-            candidates.extend_from_slice(&best);
-        }
-        parts.lock().unwrap_or_else(|e| e.into_inner()).push((first, candidates, log_sum_exp));
+    let rows = map_rows(ctx, logits, vocab, logits.len() * 4, |r, row| {
+        disable(row, disabled[r]);
+        let mut best = Vec::with_capacity(k);
+        top_k(row, k, &mut best);
+        // The best candidate is the row's largest logit: no pass for the maximum (a NaN in
+        // the row makes the sum NaN either way). Meanwhile the next row is fetched (the
+        // logits of a step outgrow the caches).
+        let next = row.as_ptr().wrapping_add(vocab);
+        let log_sum_exp = match best.first() {
+            Some(&(_, max)) if !max.is_nan() => ops::log_sum_exp_then(row, max, next),
+            _ => ops::log_sum_exp(row),
+        };
+        (best, log_sum_exp)
     });
-    let mut parts = parts.into_inner().unwrap_or_else(|e| e.into_inner());
-    parts.sort_by_key(|(first, ..)| *first);
     top.k = k;
     top.candidates.clear();
     top.log_sum_exp.clear();
-    for (_, candidates, log_sum_exp) in parts {
+    for (candidates, log_sum_exp) in rows {
         top.candidates.extend(candidates);
-        top.log_sum_exp.extend(log_sum_exp);
+        top.log_sum_exp.push(log_sum_exp);
     }
 }
 

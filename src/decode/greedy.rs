@@ -7,12 +7,11 @@
 //! Every example keeps its own step count, parameters and results, so each is decoded
 //! exactly as it would be on its own.
 use super::{
-    disable, finalize, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
+    disable, finalize, map_rows, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
     StartTokens,
 };
-use crate::backend::cpu::{ops, split_rows};
+use crate::backend::cpu::ops;
 use crate::backend::Ctx;
-use std::sync::Mutex;
 
 /// Greedy search over one batch; results in batch order.
 pub fn greedy_search(
@@ -31,25 +30,12 @@ pub fn greedy_search(
 /// independent: they are split across the worker's team (each log-sum-exp takes the
 /// exponentials of the whole vocabulary).
 fn best_of_rows(ctx: &Ctx, logits: &mut [f32], vocab: usize, disabled: &[&[u32]], scored: &[bool], best: &mut Vec<(usize, f32)>) {
-    let parts = Mutex::new(Vec::new());
     let work = logits.len() * if scored.contains(&true) { 4 } else { 1 };
-    split_rows(logits, vocab, ctx.threads, work, |_| true, |first, rows| {
-        let found: Vec<(usize, f32)> = rows
-            .chunks_exact_mut(vocab)
-            .zip(&disabled[first..])
-            .zip(&scored[first..])
-            .map(|((row, mask), &scored)| {
-                disable(row, mask);
-                let (column, logit) = ops::argmax(row);
-                (column, if scored { logit - ops::log_sum_exp(row) } else { logit })
-            })
-            .collect();
-        parts.lock().unwrap_or_else(|e| e.into_inner()).push((first, found));
+    *best = map_rows(ctx, logits, vocab, work, |r, row| {
+        disable(row, disabled[r]);
+        let (column, logit) = ops::argmax(row);
+        (column, if scored[r] { logit - ops::log_sum_exp(row) } else { logit })
     });
-    let mut parts = parts.into_inner().unwrap_or_else(|e| e.into_inner());
-    parts.sort_by_key(|(first, _)| *first);
-    best.clear();
-    best.extend(parts.into_iter().flat_map(|(_, found)| found));
 }
 
 /// One example being decoded.

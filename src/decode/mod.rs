@@ -5,7 +5,9 @@ pub mod greedy;
 
 pub use crate::model::DecoderSession;
 
+use crate::backend::cpu::split_rows;
 use crate::backend::Ctx;
+use std::sync::Mutex;
 
 /// The logits columns of `ids` when the output is the subset `output` (sorted target ids);
 /// ids outside the subset have no column.
@@ -186,6 +188,21 @@ pub(crate) fn disable(logits_row: &mut [f32], ids: &[u32]) {
             *v = f32::MIN;
         }
     }
+}
+
+/// `per_row(row index, row)` for every row of `logits` (`vocab` values each), the rows
+/// split across the worker's team (`split_rows`) when `work` (multiply-adds) is worth it;
+/// the results in row order. A search's work on each row's logits (masks, arg-max, top-k,
+/// log-sum-exp) depends on that row only.
+pub(crate) fn map_rows<T: Send>(ctx: &Ctx, logits: &mut [f32], vocab: usize, work: usize, per_row: impl Fn(usize, &mut [f32]) -> T + Sync) -> Vec<T> {
+    let parts = Mutex::new(Vec::new());
+    split_rows(logits, vocab, ctx.threads, work, |_| true, |first, rows| {
+        let found: Vec<T> = rows.chunks_exact_mut(vocab).enumerate().map(|(i, row)| per_row(first + i, row)).collect();
+        parts.lock().unwrap_or_else(|e| e.into_inner()).push((first, found));
+    });
+    let mut parts = parts.into_inner().unwrap_or_else(|e| e.into_inner());
+    parts.sort_by_key(|(first, _)| *first);
+    parts.into_iter().flat_map(|(_, found)| found).collect()
 }
 
 /// CTranslate2's final score: the sum of log-probabilities divided by length^penalty.
