@@ -223,7 +223,7 @@ mod x86 {
     /// key, a dependency through memory).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn head_values<const FUSED: bool, const R: usize>(probs: &[f32], values: &KvView, len: usize, h: usize, head_dim: usize, o: &mut [f32]) {
-        assert!(probs.len() >= len && o.len() >= head_dim && head_dim % (8 * R) == 0);
+        assert!(probs.len() >= len && o.len() >= head_dim && head_dim.is_multiple_of(8 * R));
         for c in (0..head_dim).step_by(8 * R) {
             let mut acc = [_mm256_setzero_ps(); R];
             for (first, count, rows) in values.blocks(len) {
@@ -830,12 +830,12 @@ fn widen<const G: usize>(acc: [[[f32; 8]; G]; 2]) -> [[[f32; 8]; 4]; 2] {
 #[inline(always)]
 fn weighted_values<const FUSED: bool>(scores: &[f32], values: &KvView, len: usize, head_dim: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if head_dim % 32 == 0 && isa::current().float_level() != isa::FloatLevel::Scalar {
+    if head_dim.is_multiple_of(32) && isa::current().float_level() != isa::FloatLevel::Scalar {
         for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
             let probs = &scores[h * len..(h + 1) * len];
             // SAFETY: the level (AVX2 and FMA at least) is supported (isa::current).
             unsafe {
-                if head_dim % 64 == 0 {
+                if head_dim.is_multiple_of(64) {
                     x86::head_values::<FUSED, 8>(probs, values, len, h, head_dim, o);
                 } else {
                     x86::head_values::<FUSED, 4>(probs, values, len, h, head_dim, o);
