@@ -717,6 +717,8 @@ fn scores_by_transposed_keys(transposed: &[f32], chunk: RowChunk, (len, num_head
 fn scores_by_transposed_queries(transposed: &mut [f32], keys: &KvView, chunk: RowChunk, (len, num_heads, head_dim, scale): (usize, usize, usize, f32)) {
     let width = num_heads * head_dim;
     let RowChunk { queries, stride, first, rows, scores } = chunk;
+    // Whether the level has 128-bit FMAs (`four_row_dots`), looked up once.
+    let vector = cfg!(target_arch = "x86_64") && isa::current().float_level() != isa::FloatLevel::Scalar;
     transposed.fill(0.0);
     for r in 0..rows {
         for (e, &v) in queries[(first + r) * stride..(first + r) * stride + width].iter().enumerate() {
@@ -726,7 +728,7 @@ fn scores_by_transposed_queries(transposed: &mut [f32], keys: &KvView, chunk: Ro
     for (first_key, count, group) in keys.groups(len) {
         for h in 0..num_heads {
             let q = &transposed[h * head_dim * 4..(h + 1) * head_dim * 4];
-            let acc = four_row_dots(q, &group, count, h, head_dim);
+            let acc = four_row_dots(q, &group, count, h, head_dim, vector);
             for (i, acc) in acc.iter().take(count).enumerate() {
                 for (r, &a) in acc.iter().take(rows).enumerate() {
                     scores[(r * num_heads + h) * len + first_key + i] = a * scale;
@@ -753,14 +755,15 @@ fn row_dots<const K: usize>(q: &[f32], keys: &Eight, h: usize, head_dim: usize) 
     acc
 }
 
-/// `row_dots` for the `count` (<= 8) keys of a group, with 128-bit FMAs where the level
-/// has them.
+/// `row_dots` for the `count` (<= 8) keys of a group, with 128-bit FMAs if `vector` (the
+/// level has AVX2 and FMA at least).
 #[inline(always)]
-fn four_row_dots(q: &[f32], keys: &Eight, count: usize, h: usize, head_dim: usize) -> [[f32; 4]; 8] {
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn four_row_dots(q: &[f32], keys: &Eight, count: usize, h: usize, head_dim: usize, vector: bool) -> [[f32; 4]; 8] {
     #[cfg(target_arch = "x86_64")]
-    if isa::current().float_level() != isa::FloatLevel::Scalar {
+    if vector {
         let k = |i: usize| &keys.head(i, h, head_dim)[..head_dim];
-        // SAFETY: the level (AVX2 and FMA at least) is supported (isa::current).
+        // SAFETY: `vector`: the level is supported (isa::current) and has AVX2 and FMA.
         unsafe {
             return match count {
                 8 => x86::row_dots4::<8>(q, std::array::from_fn(k), head_dim),
