@@ -383,6 +383,14 @@ typedef struct TolkTranslateOptions {
    * and sometimes a word. Not a CTranslate2 option.
    */
   const char *kv_cache_type;
+  /**
+   * Where a call's batches are decoded together (greedy search, several batches): the
+   * decoding state (attention keys and values) planned for, in MB. Sentences wait to
+   * start until theirs fits and a batch may start in parts: a lower peak memory for
+   * fewer rows a step, the same results. 0 = no bound (default). Not a CTranslate2
+   * option.
+   */
+  uint32_t max_decoding_memory_mb;
 } TolkTranslateOptions;
 
 /**

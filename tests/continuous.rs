@@ -3,7 +3,8 @@
 //! when its batch is translated on its own (tokens and scores, bit for bit), on the real
 //! zh-en model (int8 and float32, one and two workers) and on tiny random models (with
 //! target prefixes, and a vocabulary smaller than the beam's candidates); token events keep
-//! each example's own step count.
+//! each example's own step count. Under a budget of decoding state (`max_decoding_memory_mb`)
+//! examples start a few at a time, batches in parts: the results must not change either.
 mod common;
 
 use std::sync::{Arc, Mutex};
@@ -53,6 +54,13 @@ fn real_model_examples_equal_their_batch_translated_alone() {
             let got = translator(&model, workers).translate_batch(&source, None, &options).unwrap();
             assert_same(&got, &expected, &format!("{compute_type:?}, {workers} workers"));
         }
+        // 1 MB holds about 40 positions of zh-en (24 KB each): one example at a time at
+        // first; 6 MB: parts of a few.
+        for max_decoding_memory_mb in [1, 6] {
+            let options = TranslateOptions { max_decoding_memory_mb, ..options.clone() };
+            let got = translator(&model, 1).translate_batch(&source, None, &options).unwrap();
+            assert_same(&got, &expected, &format!("{compute_type:?}, state budget {max_decoding_memory_mb} MB"));
+        }
     }
 }
 
@@ -68,6 +76,9 @@ fn real_model_beam_examples_equal_their_batch_translated_alone() {
                 let got = translator(&model, workers).translate_batch(&source, None, &options).unwrap();
                 assert_same(&got, &expected, &format!("{compute_type:?}, beam {beam_size}, {workers} workers"));
             }
+            let budgeted = TranslateOptions { max_decoding_memory_mb: 4, ..options.clone() };
+            let got = translator(&model, 2).translate_batch(&source, None, &budgeted).unwrap();
+            assert_same(&got, &expected, &format!("{compute_type:?}, beam {beam_size}, state budget 4 MB"));
         }
     }
 }

@@ -366,6 +366,7 @@ fn the_c_example_translates_lines_and_reports_errors() {
             &["--max-batch-size", "1"][..],
             &["--batch-type", "tokens", "--max-batch-size", "7"],
             &["--intra-threads", "2"],
+            &["--max-batch-size", "2", "--max-decoding-memory-mb", "1"],
         ] {
             let (code, again, stderr) = cli(&[&args[..], extra].concat(), input);
             assert_eq!(code, Some(0), "{extra:?}: {stderr}");

@@ -217,6 +217,8 @@ class TolkTranslateOptions(ctypes.Structure):
         ("use_vmap", ctypes.c_bool),
         # How decoding keeps attention keys/values: "float32" (NULL), "bfloat16", "int8".
         ("kv_cache_type", ctypes.c_char_p),
+        # Decoding state planned for where batches are decoded together, in MB; 0 = no bound.
+        ("max_decoding_memory_mb", ctypes.c_uint32),
     ]
 
 
@@ -1104,6 +1106,7 @@ class Translator:
         use_shortlist: Optional[bool] = None,
         use_vmap: bool = False,
         kv_cache_type: Optional[str] = None,
+        max_decoding_memory_mb: Optional[int] = None,
         progress=None,
         on_token=None,
     ) -> List[TranslationResult]:
@@ -1124,14 +1127,21 @@ class Translator:
         ``kv_cache_type`` (not a CTranslate2 argument) is how decoding keeps attention keys
         and values, most of its memory: ``"float32"`` (``None``: CTranslate2's results),
         ``"bfloat16"`` (half the memory) or ``"int8"`` (about a quarter), which round them
-        and so change the last bits of scores and sometimes a word."""
+        and so change the last bits of scores and sometimes a word.
+
+        ``max_decoding_memory_mb`` (not a CTranslate2 argument): where the batches of a call
+        are decoded together (greedy search), the decoding state (attention keys and
+        values) planned for, in MB: sentences wait to start until theirs fits, for a lower
+        peak memory and fewer rows a step. ``None`` or ``0``: no bound. The results are the
+        same either way."""
         keep, opts, args, streams = self._batch_arguments(
             source, target_prefix, progress, on_token, beam_size=beam_size, patience=patience,
             length_penalty=length_penalty, num_hypotheses=num_hypotheses, return_scores=return_scores,
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
-            use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type)
+            use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
+            max_decoding_memory_mb=max_decoding_memory_mb)
         out = _ResultP()
         status = self._lib.tolk_translate_batch(self._ptr, *args, ctypes.byref(opts), ctypes.byref(out))
         for stream in streams:
@@ -1170,7 +1180,8 @@ class Translator:
                          length_penalty=None, num_hypotheses=1, return_scores=False, max_input_length=1024,
                          max_decoding_length=256, min_decoding_length=None, end_token=None,
                          disable_unk=None, max_batch_size=None, batch_type="examples",
-                         max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None):
+                         max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None,
+                         max_decoding_memory_mb=None):
         """Checks a token batch and builds its C arguments: (keep, options, (sources,
         source lengths, count, prefixes, prefix lengths), callback wrappers)."""
         if self.closed:
@@ -1194,7 +1205,8 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             max_batch_size=max_batch_size, batch_type=batch_type,
-            max_length_factor=max_length_factor, use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type)
+            max_length_factor=max_length_factor, use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
+            max_decoding_memory_mb=max_decoding_memory_mb)
         streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
         src_ptrs, src_lens = self._token_arrays(source, keep, allow_none=False)
         if target_prefix is None:
@@ -1206,7 +1218,8 @@ class Translator:
     def _translate_options(self, keep, *, beam_size, patience, length_penalty, num_hypotheses,
                            return_scores, max_input_length, max_decoding_length,
                            min_decoding_length, end_token, disable_unk, max_batch_size,
-                           batch_type, max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None):
+                           batch_type, max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None,
+                         max_decoding_memory_mb=None):
         if batch_type not in BATCH_TYPES:
             raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
         # The model's defaults (a Marian package's beam size, length factor, ...); None
@@ -1242,6 +1255,10 @@ class Translator:
             kv_b = str(kv_cache_type).encode("utf-8")
             keep.append(kv_b)
             opts.kv_cache_type = kv_b
+        if max_decoding_memory_mb is not None:
+            if int(max_decoding_memory_mb) < 0:
+                raise ValueError("max_decoding_memory_mb must be >= 0, got %r" % (max_decoding_memory_mb,))
+            opts.max_decoding_memory_mb = int(max_decoding_memory_mb)
         return opts
 
     def translate_text(
@@ -1263,6 +1280,7 @@ class Translator:
         use_shortlist: Optional[bool] = None,
         use_vmap: bool = False,
         kv_cache_type: Optional[str] = None,
+        max_decoding_memory_mb: Optional[int] = None,
         split: str = "sentences",
         max_sentence_tokens: int = 128,
         return_sentences: bool = False,
@@ -1310,7 +1328,8 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
-            use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type, split=split, max_sentence_tokens=max_sentence_tokens)
+            use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
+            max_decoding_memory_mb=max_decoding_memory_mb, split=split, max_sentence_tokens=max_sentence_tokens)
         out = _TextResultP()
         status = self._lib.tolk_translate_text_batch(
             self._ptr, *args, ctypes.byref(opts), ctypes.byref(text_opts), ctypes.byref(out))
@@ -1368,7 +1387,7 @@ class Translator:
                         length_penalty=None, return_scores=False, max_input_length=1024,
                         max_decoding_length=256, min_decoding_length=None, end_token=None,
                         disable_unk=None, max_batch_size=None, batch_type="examples",
-                        max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None, split="sentences",
+                        max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None, max_decoding_memory_mb=None, split="sentences",
                         max_sentence_tokens=128):
         """Checks texts and builds their C arguments."""
         if self.closed:
@@ -1402,7 +1421,7 @@ class Translator:
             batch_type=batch_type,
             max_length_factor=max_length_factor,
             use_shortlist=use_shortlist,
-            use_vmap=use_vmap, kv_cache_type=kv_cache_type,
+            use_vmap=use_vmap, kv_cache_type=kv_cache_type, max_decoding_memory_mb=max_decoding_memory_mb,
         )
         streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
 

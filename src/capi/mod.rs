@@ -193,6 +193,12 @@ pub struct TolkTranslateOptions {
     /// a quarter); the compact types round them, which changes the last bits of results
     /// and sometimes a word. Not a CTranslate2 option.
     pub kv_cache_type: *const c_char,
+    /// Where a call's batches are decoded together (greedy search, several batches): the
+    /// decoding state (attention keys and values) planned for, in MB. Sentences wait to
+    /// start until theirs fits and a batch may start in parts: a lower peak memory for
+    /// fewer rows a step, the same results. 0 = no bound (default). Not a CTranslate2
+    /// option.
+    pub max_decoding_memory_mb: u32,
 }
 
 /// See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
@@ -309,7 +315,8 @@ versioned!(TolkTranslatorOptions { struct_size, device, compute_type, intra_thre
 versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
-    progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data, use_vmap, kv_cache_type
+    progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data, use_vmap, kv_cache_type,
+    max_decoding_memory_mb
 });
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
@@ -674,6 +681,7 @@ fn c_options(d: &TranslateOptions) -> TolkTranslateOptions {
         on_token_user_data: ptr::null_mut(),
         use_vmap: d.use_vmap,
         kv_cache_type: ptr::null(),
+        max_decoding_memory_mb: d.max_decoding_memory_mb.min(u32::MAX as usize) as u32,
     }
 }
 
@@ -727,6 +735,7 @@ unsafe fn read_translate_options(
             Some(name) => KvCacheType::parse(name)?,
             None => default_options.kv_cache_type,
         },
+        max_decoding_memory_mb: o.max_decoding_memory_mb as usize,
     };
     Ok((options, progress, tokens))
 }

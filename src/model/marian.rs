@@ -15,7 +15,7 @@ use crate::format::marian::{MarianFile, MarianType, Yaml};
 use crate::format::package::MarianPackage;
 use crate::format::shortlist::Shortlist;
 use crate::format::{Quantized, WeightSource};
-use crate::model::{DecoderSession, PackageDecoding, SpecialTokens, TransformerModel, TranslationModel};
+use crate::model::{DecoderSession, PackageDecoding, Sources, SpecialTokens, TransformerModel, TranslationModel};
 use crate::tensor::Tensor;
 
 /// The layer normalization epsilon of Marian's transformer (`Transformer::layerNorm` passes
@@ -140,7 +140,13 @@ impl<B: Backend> TranslationModel for MarianModel<B> {
         let words: Vec<u32> = sources.iter().flatten().copied().collect();
         Some(shortlist.generate(&words, self.transformer.target_vocabulary.len(), self.shared_vocabulary))
     }
-    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>> {
+    fn takes_rows_in(&self) -> bool {
+        self.transformer.takes_rows_in()
+    }
+    fn position_bytes(&self, kv: KvCacheType) -> usize {
+        self.transformer.position_bytes(kv)
+    }
+    fn start<'a>(&'a self, ctx: &Ctx, sources: Sources<'_>, output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>> {
         self.transformer.start(ctx, sources, output_ids, kv)
     }
 }

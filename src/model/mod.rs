@@ -89,10 +89,33 @@ pub trait TranslationModel: Send + Sync {
     fn vocabulary_map(&self) -> Option<&VocabularyMap> {
         None
     }
-    /// Encodes a batch and returns its decoder, one row per source. With `output_ids`
+    /// Whether a decoding of this model can take in rows of other batches while it runs
+    /// (continuous batching), output restrictions aside.
+    fn takes_rows_in(&self) -> bool;
+    /// Bytes one position of one row takes in a decoding's state with keys/values kept as
+    /// `kv`: its keys and values in every layer (cross-attention per source position,
+    /// self-attention per step).
+    fn position_bytes(&self, kv: KvCacheType) -> usize;
+    /// Encodes `sources` and returns their decoder, one row per source. With `output_ids`
     /// (sorted, unique), the logits of each step cover only those target ids, in that order.
     /// The decoder keeps its attention keys/values as `kv`.
-    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>>;
+    fn start<'a>(&'a self, ctx: &Ctx, sources: Sources<'_>, output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>>;
+}
+
+/// Sources to encode: all or part of a batch. `padded` is the longest source of the whole
+/// batch: CTranslate2 pads a batch to it, which decides the summation order of attention
+/// that Tolk reproduces, so a part encodes exactly as within its batch.
+#[derive(Clone, Copy)]
+pub struct Sources<'a> {
+    pub ids: &'a [Vec<u32>],
+    pub padded: usize,
+}
+
+impl<'a> Sources<'a> {
+    /// A whole batch.
+    pub fn batch(ids: &'a [Vec<u32>]) -> Sources<'a> {
+        Sources { ids, padded: ids.iter().map(Vec::len).max().unwrap_or(0) }
+    }
 }
 
 /// One batch being decoded: the rows (hypotheses) and what the decoder keeps for them.
@@ -125,12 +148,17 @@ pub trait DecoderSession {
     }
     /// Keeps rows `rows[i]` as the new row `i` (beam reordering, finished rows removed).
     fn select_rows(&mut self, rows: &[usize]);
-    /// Encodes `sources` (a batch as it would be started on its own) and appends one row
-    /// per source after the current rows, each decoding from its own first step with the
-    /// results it would have had alone (continuous batching). `false`: this session
-    /// cannot, and nothing changed.
-    fn append_sources(&mut self, _ctx: &Ctx, _sources: &[Vec<u32>]) -> Result<bool> {
+    /// Encodes `sources` (all or part of a batch) and appends one row per source after
+    /// the current rows, each decoding from its own first step with the results it would
+    /// have had alone (continuous batching). `false`: this session cannot, and nothing
+    /// changed.
+    fn append_sources(&mut self, _ctx: &Ctx, _sources: Sources<'_>) -> Result<bool> {
         Ok(false)
+    }
+    /// Each row's source length and the steps it has decoded: with
+    /// [`TranslationModel::position_bytes`], the state the rows hold and will hold.
+    fn row_lengths(&self) -> Vec<(usize, usize)> {
+        Vec::new()
     }
     /// Whether `append_sources` can work on this session.
     fn can_append_sources(&self) -> bool {
@@ -255,7 +283,13 @@ impl<B: Backend> TranslationModel for TransformerModel<B> {
     fn vocabulary_map(&self) -> Option<&VocabularyMap> {
         self.vocabulary_map.as_ref()
     }
-    fn start<'a>(&'a self, ctx: &Ctx, sources: &[Vec<u32>], output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>> {
+    fn takes_rows_in(&self) -> bool {
+        self.decoder.takes_rows_in()
+    }
+    fn position_bytes(&self, kv: KvCacheType) -> usize {
+        self.decoder.position_bytes(kv)
+    }
+    fn start<'a>(&'a self, ctx: &Ctx, sources: Sources<'_>, output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>> {
         // Refused before the batch is encoded for nothing.
         self.decoder.check_kv_type(kv)?;
         let memory = self.encoder.forward(ctx, sources);

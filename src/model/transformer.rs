@@ -5,7 +5,7 @@ use crate::backend::{Activation, AttentionShape, Backend, Ctx, KvCacheType, Sequ
 use crate::error::{Error, Result};
 use crate::model::attention::{AverageAttention, CrossAttention, FeedForward, Scratch, SelfAttention, Ssru};
 use crate::model::layers::{embeddings_scale, EmbeddingTable, Linear, Norm, Positions, WeightReader};
-use crate::model::DecoderSession;
+use crate::model::{DecoderSession, Sources};
 
 /// Options shared by the layers of one stack.
 struct StackOptions {
@@ -126,10 +126,12 @@ impl<B: Backend> Encoder<B> {
     }
 
     /// Encodes a batch of id sequences. Rows of all sequences are concatenated (no padding).
-    pub fn forward(&self, ctx: &Ctx, sequences: &[Vec<u32>]) -> EncoderOutput<B> {
+    pub fn forward(&self, ctx: &Ctx, sources: Sources<'_>) -> EncoderOutput<B> {
         let b = &self.backend;
         let d = self.embeddings.dim();
-        let layout = SequenceLayout::new(sequences.iter().map(Vec::len).collect());
+        let sequences = sources.ids;
+        let mut layout = SequenceLayout::new(sequences.iter().map(Vec::len).collect());
+        layout.padded.iter_mut().for_each(|p| *p = (*p).max(sources.padded));
         let ids: Vec<u32> = sequences.iter().flatten().copied().collect();
         let positions: Vec<usize> = sequences.iter().flat_map(|s| 0..s.len()).collect();
         let mut x = B::Buffer::default();
@@ -472,9 +474,19 @@ impl<B: Backend> Decoder<B> {
     /// batching): not with an output subset (its columns belong to one batch), nor with
     /// average attention (its running average counts one step for all rows).
     pub fn can_append(&self, state: &DecoderState<B>) -> bool {
-        self.backend.can_append_rows()
-            && state.output.is_none()
-            && self.layers.iter().all(|l| !matches!(l.self_attention, DecoderSelfAttention::Average(_)))
+        state.output.is_none() && self.takes_rows_in()
+    }
+
+    /// [`Decoder::can_append`] for states without an output subset.
+    pub fn takes_rows_in(&self) -> bool {
+        self.backend.can_append_rows() && self.layers.iter().all(|l| !matches!(l.self_attention, DecoderSelfAttention::Average(_)))
+    }
+
+    /// Bytes one position of one row takes in a state's keys/values, all layers: the
+    /// cross-attention's per source position, the self-attention cache's per step.
+    pub fn position_bytes(&self, kv: KvCacheType) -> usize {
+        let slots = kv.row_slots(2 * self.embeddings.dim(), self.head_dim());
+        self.layers.len() * slots * std::mem::size_of::<f32>()
     }
 
     /// Runs one decoding step for every row of `state` with input `ids` (one per row) and
@@ -713,7 +725,11 @@ impl<B: Backend> DecoderSession for TransformerSession<'_, B> {
     fn can_append_sources(&self) -> bool {
         self.decoder.can_append(&self.state)
     }
-    fn append_sources(&mut self, ctx: &Ctx, sources: &[Vec<u32>]) -> Result<bool> {
+    fn row_lengths(&self) -> Vec<(usize, usize)> {
+        let state = &self.state;
+        state.row_example.iter().zip(&state.steps).map(|(&e, &steps)| (state.memory.lengths[e], steps)).collect()
+    }
+    fn append_sources(&mut self, ctx: &Ctx, sources: Sources<'_>) -> Result<bool> {
         if !self.decoder.can_append(&self.state) {
             return Ok(false);
         }

@@ -12,7 +12,7 @@ use crate::decode::beam::beam_continuous;
 use crate::decode::greedy::greedy_continuous;
 use crate::decode::{ContinuousSearch, DecoderSession, Hypotheses, SearchObserver, SearchParams, StartTokens};
 use crate::error::{Error, Result};
-use crate::model::TranslationModel;
+use crate::model::{Sources, TranslationModel};
 
 /// Turns the translations of all sentences, in input order, into a job's output.
 pub(crate) type Finish<T> = Box<dyn FnOnce(Vec<TranslationResult>) -> Result<T> + Send>;
@@ -259,29 +259,36 @@ impl<T: Send + 'static> Request<T> {
 }
 
 /// Greedy or beam search over `batch` that takes in the request's next batches while it
-/// runs, whenever few of its rows are left (continuous batching): the rows that finish
-/// early are replaced instead of the last long hypotheses stepping through the whole model
-/// a few rows at a time. Each example is decoded exactly as in its own batch.
+/// runs (continuous batching): the rows that finish early are replaced instead of the last
+/// long hypotheses stepping through the whole model a few rows at a time. Each example is
+/// decoded exactly as in its own batch.
 fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, worker: &Worker) {
-    let mut feed = Feed { request, worker, groups: Vec::new(), examples: Vec::new(), next: batch + 1, refill_below: 0 };
+    let mut feed = Feed { request, worker, batches: Vec::new(), groups: Vec::new(), examples: Vec::new(), next: batch + 1, refill_below: 0, admission: None };
     let outcome = catch(|| {
         worker.install(|| {
             let Some(prepared) = request.prepare(batch)? else { return Ok(()) };
-            let mut session = request.model.start(&worker.ctx, &prepared.source_ids, prepared.output_ids.clone(), request.options.kv_cache_type)?;
             // A batch's output restriction (shortlist, vocabulary map) is its own: such
             // batches are decoded alone, as are those of models that cannot take rows in.
             // By default beam search takes no batch in: on the CPU its tails are short (the
             // last steps still have 4+ rows) and joins gained 0-1% on zh-en beam 4 for 14%
             // more peak memory. Worth trying where steps have a large fixed cost (a GPU).
-            let joins = request.options.join_batches.unwrap_or(request.options.beam_size == 1);
-            if joins && prepared.output_ids.is_none() && session.can_append_sources() {
-                // Refill once a quarter of a batch's rows is left (beam search: `beam`
-                // rows per example): most of the gain (the long tails), with at most 1.25
-                // batches of rows at once.
+            let joins = request.options.join_batches.unwrap_or(request.options.beam_size == 1)
+                && prepared.output_ids.is_none()
+                && request.model.takes_rows_in()
+                && request.batches.len() > batch + 1;
+            if joins {
+                feed.admission = Admission::new(request);
+                // Without a state budget: refill once a quarter of a batch's rows is left
+                // (beam search: `beam` rows per example): most of the gain (the long
+                // tails), with at most 1.25 batches of rows at once.
                 feed.refill_below = (request.batches[batch].len() * request.options.beam_size / 4).max(1);
             }
-            let (starts, params) = (prepared.starts.clone(), prepared.params.clone());
-            feed.join(batch, prepared);
+            let fed = feed.take(batch, prepared);
+            let part = feed.part_of(fed, &[]);
+            let prepared = feed.batches[fed].prepared.as_ref().expect("just taken");
+            let sources = Sources { ids: &prepared.source_ids[part.clone()], padded: prepared.padded() };
+            let mut session = request.model.start(&worker.ctx, sources, prepared.output_ids.clone(), request.options.kv_cache_type)?;
+            let (starts, params) = feed.start_part(fed, part);
             if params.beam_size == 1 {
                 greedy_continuous(&worker.ctx, session.as_mut(), &mut feed, starts, params);
             } else {
@@ -290,14 +297,14 @@ fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, wo
             Ok(())
         })
     });
-    if let Err(e) = outcome {
-        // The batches taken and not finished get the error (the first one) or nothing.
-        let mut error = Some(e);
-        let unfinished: Vec<usize> = feed.groups.iter().filter(|g| g.prepared.is_some()).map(|g| g.batch).collect();
-        let unfinished = if feed.groups.is_empty() { vec![batch] } else { unfinished };
-        for b in unfinished {
-            request.finish_batch(b, error.take().map(Err));
-        }
+    // A batch still held here did not run to its end: the search failed or was cancelled
+    // before all of its examples were decoded.
+    let mut error = outcome.err();
+    let unfinished: Vec<usize> = feed.batches.iter().filter(|b| b.prepared.is_some()).map(|b| b.batch).collect();
+    let unfinished = if feed.batches.is_empty() && error.is_some() { vec![batch] } else { unfinished };
+    for b in unfinished {
+        // The error goes to the first such batch; the others end with nothing.
+        request.finish_batch(b, error.take().map(Err));
     }
 }
 
@@ -305,28 +312,138 @@ fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, wo
 struct Feed<'a, T> {
     request: &'a Arc<Request<T>>,
     worker: &'a Worker,
-    /// Each group of the search: a batch, prepared until its results are handed over.
-    groups: Vec<FedBatch>,
+    /// The batches taken, each prepared until its results are handed over.
+    batches: Vec<FedBatch>,
+    /// Each group of the search: a part of a taken batch (index in `batches`), its examples
+    /// `to_run[range]`; the whole batch unless a state budget splits it.
+    groups: Vec<(usize, std::ops::Range<usize>)>,
     /// Request index of each example of the search (in the order they joined).
     examples: Vec<usize>,
     /// The next batch to try to take.
     next: usize,
-    /// Take in the next batch when fewer rows than this are left (0: never).
+    /// Without a state budget: take in the next batch when fewer rows than this are left
+    /// (0: never).
     refill_below: usize,
+    /// With a state budget: how examples are let in.
+    admission: Option<Admission>,
 }
 
 struct FedBatch {
     batch: usize,
     prepared: Option<PreparedBatch>,
+    /// Examples (`to_run` indices) handed to the search so far.
+    admitted: usize,
+    /// Parts handed to the search and not done.
+    running: usize,
+    /// Each example's hypotheses, as its part ends (`to_run` order).
+    hypotheses: Vec<Option<Hypotheses>>,
+}
+
+/// Continuous batching under a budget of decoding state (`TranslateOptions::
+/// max_decoding_memory_mb`): an example starts when the state the rows hold and are
+/// expected to hold, plus its own, fits. Each row is expected to grow to its source length
+/// plus a target as long as the source (or as long as it already is), that is, as if
+/// every row lived to its end at once; rows end at different steps, so the state stays
+/// under the budget. A batch may start in parts (each encoded as within the whole batch,
+/// so results are unchanged), and the longest batch no longer sets the peak: on zh-en
+/// int8 greedy over 500 verses, 69 -> about 37 MB of keys/values at the peak for about
+/// 2% more steps.
+struct Admission {
+    /// Bytes of state to plan for.
+    budget: usize,
+    /// At most this many rows at once (a batch's).
+    rows: usize,
+    /// Examples are let in once this many rows are free (fewer, larger parts).
+    free_rows: usize,
+    /// Bytes a position of a row takes (`TranslationModel::position_bytes`).
+    position_bytes: usize,
+}
+
+impl Admission {
+    fn new<T>(request: &Request<T>) -> Option<Admission> {
+        let budget = match request.options.max_decoding_memory_mb {
+            0 => return None,
+            mb => mb.saturating_mul(1 << 20),
+        };
+        let beam = request.options.beam_size;
+        let rows = request.batches.iter().map(Vec::len).max().unwrap_or(1).max(1) * beam;
+        let position_bytes = request.model.position_bytes(request.options.kv_cache_type);
+        Some(Admission { budget, rows, free_rows: (rows / 8).max(beam), position_bytes })
+    }
+
+    /// Positions a row of source length `source` is expected to hold once `steps` are done.
+    fn expected(source: usize, steps: usize) -> usize {
+        source + source.max(steps + 1)
+    }
 }
 
 impl<T: Send + 'static> Feed<'_, T> {
-    fn join(&mut self, batch: usize, prepared: PreparedBatch) {
-        let indices = &self.request.batches[batch];
-        self.examples.extend(prepared.to_run.iter().map(|&i| indices[i]));
-        self.groups.push(FedBatch { batch, prepared: Some(prepared) });
+    /// Holds batch `batch` (prepared) for the search to take its examples from.
+    fn take(&mut self, batch: usize, prepared: PreparedBatch) -> usize {
+        let n = prepared.to_run.len();
+        self.batches.push(FedBatch { batch, prepared: Some(prepared), admitted: 0, running: 0, hypotheses: (0..n).map(|_| None).collect() });
+        self.batches.len() - 1
     }
 
+    /// The examples of held batch `fed` to let in now (a range of its `to_run`), given the
+    /// rows decoding (`rows`: each one's source length and steps done): all that are left
+    /// without a state budget, else as many as fit (always one when no row decodes).
+    fn part_of(&self, fed: usize, rows: &[(usize, usize)]) -> std::ops::Range<usize> {
+        let held = &self.batches[fed];
+        let prepared = held.prepared.as_ref().expect("a held batch is prepared");
+        let (first, total) = (held.admitted, prepared.to_run.len());
+        let Some(admission) = &self.admission else { return first..total };
+        let (beam, position_bytes) = (self.request.options.beam_size, admission.position_bytes);
+        let mut planned: usize = rows.iter().map(|&(source, steps)| Admission::expected(source, steps)).sum::<usize>() * position_bytes;
+        let mut live = rows.len();
+        let mut end = first;
+        while end < total && live + beam <= admission.rows {
+            let need = Admission::expected(prepared.source_ids[end].len(), 0) * beam * position_bytes;
+            if live > 0 && planned + need > admission.budget {
+                break;
+            }
+            (planned, live, end) = (planned + need, live + beam, end + 1);
+        }
+        first..end
+    }
+
+    /// Hands part `part` of held batch `fed` to the search as a new group.
+    fn start_part(&mut self, fed: usize, part: std::ops::Range<usize>) -> (Vec<StartTokens>, SearchParams) {
+        let held = &mut self.batches[fed];
+        let prepared = held.prepared.as_ref().expect("a held batch is prepared");
+        let indices = &self.request.batches[held.batch];
+        self.examples.extend(prepared.to_run[part.clone()].iter().map(|&i| indices[i]));
+        let group = (prepared.starts[part.clone()].to_vec(), prepared.params.clone());
+        held.admitted = part.end;
+        held.running += 1;
+        self.groups.push((fed, part));
+        group
+    }
+
+    /// The held batch with examples still to let in, taking the request's next batch when
+    /// none is; `None` when there is none left.
+    fn batch_to_admit(&mut self) -> Result<Option<usize>> {
+        if let Some(fed) = self.batches.iter().position(|b| b.prepared.as_ref().is_some_and(|p| b.admitted < p.to_run.len())) {
+            return Ok(Some(fed));
+        }
+        let request = self.request;
+        while self.next < request.batches.len() {
+            let batch = self.next;
+            self.next += 1;
+            if !request.claim(batch) {
+                continue;
+            }
+            match request.prepare(batch) {
+                Ok(Some(prepared)) => return Ok(Some(self.take(batch, prepared))),
+                Ok(None) => continue,
+                Err(e) => {
+                    request.finish_batch(batch, Some(Err(e)));
+                    return Err(Error::internal("a batch could not be prepared"));
+                }
+            }
+        }
+        Ok(None)
+    }
 }
 
 impl<T: Send + 'static> SearchObserver for Feed<'_, T> {
@@ -343,46 +460,51 @@ impl<T: Send + 'static> SearchObserver for Feed<'_, T> {
 
 impl<T: Send + 'static> ContinuousSearch for Feed<'_, T> {
     fn next_group(&mut self, ctx: &Ctx, decoder: &mut dyn DecoderSession, alive: usize) -> Option<(Vec<StartTokens>, SearchParams)> {
-        if alive >= self.refill_below || self.cancelled() {
+        if self.cancelled() {
             return None;
         }
-        let request = self.request;
-        while self.next < request.batches.len() {
-            let batch = self.next;
-            self.next += 1;
-            if !request.claim(batch) {
-                continue;
-            }
-            let prepared = match request.prepare(batch) {
-                Ok(Some(p)) => p,
-                Ok(None) => continue,
-                Err(e) => {
-                    request.finish_batch(batch, Some(Err(e)));
-                    return None;
-                }
-            };
-            match decoder.append_sources(ctx, &prepared.source_ids) {
-                Ok(true) => {}
-                outcome => {
-                    let e = outcome.err().unwrap_or_else(|| Error::internal("internal error: a decoding refused the rows it said it could take"));
-                    request.finish_batch(batch, Some(Err(e)));
-                    return None;
-                }
-            }
-            let group = (prepared.starts.clone(), prepared.params.clone());
-            self.join(batch, prepared);
-            return Some(group);
+        match &self.admission {
+            Some(admission) if alive > 0 && alive + admission.free_rows > admission.rows => return None,
+            None if alive >= self.refill_below => return None,
+            _ => {}
         }
-        None
+        let fed = self.batch_to_admit().ok()??;
+        let part = self.part_of(fed, &decoder.row_lengths());
+        if part.is_empty() {
+            return None;
+        }
+        let held = &self.batches[fed];
+        let prepared = held.prepared.as_ref().expect("a held batch is prepared");
+        let sources = Sources { ids: &prepared.source_ids[part.clone()], padded: prepared.padded() };
+        match decoder.append_sources(ctx, sources) {
+            Ok(true) => Some(self.start_part(fed, part)),
+            outcome => {
+                let e = outcome.err().unwrap_or_else(|| Error::internal("internal error: a decoding refused the rows it said it could take"));
+                let batch = held.batch;
+                // Its parts already decoding end with nothing (the batch has failed).
+                self.batches[fed].prepared = None;
+                self.request.finish_batch(batch, Some(Err(e)));
+                None
+            }
+        }
     }
 
     fn group_done(&mut self, group: usize, hypotheses: Vec<Hypotheses>) {
-        let stopped = self.cancelled();
-        let fed = &mut self.groups[group];
-        let Some(prepared) = fed.prepared.take() else { return };
-        // A batch stopped by a cancellation has incomplete hypotheses: they are dropped.
-        let outcome = if stopped { None } else { Some(Ok(prepared.complete(self.request.model.as_ref(), hypotheses))) };
-        self.request.finish_batch(fed.batch, outcome);
+        let (fed, part) = self.groups[group].clone();
+        let held = &mut self.batches[fed];
+        held.running -= 1;
+        for (slot, h) in held.hypotheses[part].iter_mut().zip(hypotheses) {
+            *slot = Some(h);
+        }
+        let Some(prepared) = &held.prepared else { return };
+        if held.running > 0 || held.admitted < prepared.to_run.len() || self.request.is_stopped(self.worker) {
+            // More to come; or stopped: a batch stopped by a cancellation has incomplete
+            // hypotheses, and is finished with nothing when the search returns.
+            return;
+        }
+        let prepared = held.prepared.take().expect("checked above");
+        let hypotheses = std::mem::take(&mut held.hypotheses).into_iter().map(Option::unwrap_or_default).collect();
+        self.request.finish_batch(held.batch, Some(Ok(prepared.complete(self.request.model.as_ref(), hypotheses))));
     }
 }
 

@@ -57,6 +57,13 @@ pub struct TranslateOptions {
     /// (exactly CTranslate2's results), or bfloat16 / int8 in about a half / a quarter of
     /// the memory, with results that differ in the last bits (see [`KvCacheType`]).
     pub kv_cache_type: KvCacheType,
+    /// Where a decoding takes in further batches (continuous batching, see
+    /// `join_batches`): the decoding state (attention keys and values) it plans for, in
+    /// MB. Sentences then wait to start until theirs fits, and a batch may start in parts:
+    /// a lower peak memory for fewer rows a step, the same results. 0 = no bound (a
+    /// further batch joins whole once a quarter of the rows is left). Not a CTranslate2
+    /// option.
+    pub max_decoding_memory_mb: usize,
 }
 
 impl Default for TranslateOptions {
@@ -79,6 +86,7 @@ impl Default for TranslateOptions {
             use_vmap: false,
             join_batches: None,
             kv_cache_type: KvCacheType::Float32,
+            max_decoding_memory_mb: 0,
         }
     }
 }
@@ -414,6 +422,11 @@ impl PreparedBatch {
 
     /// The batch's results, with the hypotheses of the examples that ran (in `to_run`
     /// order) as tokens, end tokens removed.
+    /// The longest source of the batch: what CTranslate2 pads it to (see [`Sources`]).
+    pub fn padded(&self) -> usize {
+        self.source_ids.iter().map(Vec::len).max().unwrap_or(0)
+    }
+
     pub fn complete(mut self, m: &dyn TranslationModel, hyps: Vec<Hypotheses>) -> Vec<TranslationResult> {
         let tv = m.target_vocabulary();
         let end_ids = &self.params.end_ids;
