@@ -122,6 +122,12 @@ def test_unknown_type_is_refused(tolk, zh_en_model, zh_tokens):
         tolk.Translator(zh_en_model, kv_cache_type="float8")
 
 
+def test_negative_state_budget_is_refused(tolk, zh_en_model, zh_tokens):
+    translator = tolk.Translator(zh_en_model)
+    with pytest.raises(ValueError, match="max_decoding_memory_mb"):
+        translator.translate_batch(zh_tokens[:2], max_decoding_memory_mb=-1)
+
+
 def test_a_translators_type_is_its_calls_default(tolk, zh_en_model, zh_tokens):
     source = zh_tokens[:40]
     plain = tolk.Translator(zh_en_model, compute_type="int8")
