@@ -1542,6 +1542,8 @@ class Translator:
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
         use_shortlist: Optional[bool] = None,
+        kv_cache_type: Optional[str] = None,
+        max_decoding_memory_mb: Optional[int] = None,
         split: str = "sentences",
         max_sentence_tokens: int = 128,
         progress=None,
@@ -1583,6 +1585,8 @@ class Translator:
             batch_type=batch_type,
             max_length_factor=max_length_factor,
             use_shortlist=use_shortlist,
+            kv_cache_type=kv_cache_type,
+            max_decoding_memory_mb=max_decoding_memory_mb,
         )
         reporter = _set_progress(opts, progress, keep)
         stream = lib.tolk_stream_options_default()

@@ -912,6 +912,10 @@ def test_translate_file(tolk, tmp_path):
     expected = tr.translate_text(lines, beam_size=1, max_decoding_length=8, max_batch_size=2)
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
     assert calls[-1] == (40, 40) and all(t == 40 for _, t in calls) and len(calls) >= 40 // 6
+    # The memory options reach the file's calls: the same lines under a state budget.
+    tr.translate_file(src, out, beam_size=1, max_decoding_length=8, max_batch_size=2, read_batch_size=6,
+                      kv_cache_type="float32", max_decoding_memory_mb=1)
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
 
     src.write_text("a b c\n\nz\n", encoding="utf-8")
     tr.translate_file(str(src), str(out), tokens=True, beam_size=2, num_hypotheses=2, return_scores=True)
