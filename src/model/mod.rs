@@ -111,13 +111,6 @@ pub struct Sources<'a> {
     pub padded: usize,
 }
 
-impl<'a> Sources<'a> {
-    /// A whole batch.
-    pub fn batch(ids: &'a [Vec<u32>]) -> Sources<'a> {
-        Sources { ids, padded: ids.iter().map(Vec::len).max().unwrap_or(0) }
-    }
-}
-
 /// One batch being decoded: the rows (hypotheses) and what the decoder keeps for them.
 pub trait DecoderSession {
     /// Width of a logits row: the vocabulary, or the output subset.
@@ -159,10 +152,6 @@ pub trait DecoderSession {
     /// [`TranslationModel::position_bytes`], the state the rows hold and will hold.
     fn row_lengths(&self) -> Vec<(usize, usize)> {
         Vec::new()
-    }
-    /// Whether `append_sources` can work on this session.
-    fn can_append_sources(&self) -> bool {
-        false
     }
 }
 

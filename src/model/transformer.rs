@@ -722,9 +722,6 @@ impl<B: Backend> DecoderSession for TransformerSession<'_, B> {
     fn select_rows(&mut self, rows: &[usize]) {
         self.decoder.select_rows(&mut self.state, rows)
     }
-    fn can_append_sources(&self) -> bool {
-        self.decoder.can_append(&self.state)
-    }
     fn row_lengths(&self) -> Vec<(usize, usize)> {
         let state = &self.state;
         state.row_example.iter().zip(&state.steps).map(|(&e, &steps)| (state.memory.lengths[e], steps)).collect()

@@ -12,7 +12,7 @@ use crate::decode::beam::beam_continuous;
 use crate::decode::greedy::greedy_continuous;
 use crate::decode::{ContinuousSearch, DecoderSession, Hypotheses, SearchObserver, SearchParams, StartTokens};
 use crate::error::{Error, Result};
-use crate::model::{Sources, TranslationModel};
+use crate::model::TranslationModel;
 
 /// Turns the translations of all sentences, in input order, into a job's output.
 pub(crate) type Finish<T> = Box<dyn FnOnce(Vec<TranslationResult>) -> Result<T> + Send>;
@@ -286,8 +286,7 @@ fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, wo
             let fed = feed.take(batch, prepared);
             let part = feed.part_of(fed, &[]);
             let prepared = feed.batches[fed].prepared.as_ref().expect("just taken");
-            let sources = Sources { ids: &prepared.source_ids[part.clone()], padded: prepared.padded() };
-            let mut session = request.model.start(&worker.ctx, sources, prepared.output_ids.clone(), request.options.kv_cache_type)?;
+            let mut session = request.model.start(&worker.ctx, prepared.sources(part.clone()), prepared.output_ids.clone(), request.options.kv_cache_type)?;
             let (starts, params) = feed.start_part(fed, part);
             if params.beam_size == 1 {
                 greedy_continuous(&worker.ctx, session.as_mut(), &mut feed, starts, params);
@@ -475,8 +474,7 @@ impl<T: Send + 'static> ContinuousSearch for Feed<'_, T> {
         }
         let held = &self.batches[fed];
         let prepared = held.prepared.as_ref().expect("a held batch is prepared");
-        let sources = Sources { ids: &prepared.source_ids[part.clone()], padded: prepared.padded() };
-        match decoder.append_sources(ctx, sources) {
+        match decoder.append_sources(ctx, prepared.sources(part.clone())) {
             Ok(true) => Some(self.start_part(fed, part)),
             outcome => {
                 let e = outcome.err().unwrap_or_else(|| Error::internal("internal error: a decoding refused the rows it said it could take"));

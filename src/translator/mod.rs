@@ -13,7 +13,7 @@ use workers::Workers;
 use crate::backend::KvCacheType;
 use crate::decode::{Hypotheses, SearchParams, StartTokens};
 use crate::error::{Error, Result};
-use crate::model::TranslationModel;
+use crate::model::{Sources, TranslationModel};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchType {
@@ -420,13 +420,15 @@ impl PreparedBatch {
         Ok(PreparedBatch { results, to_run, source_ids, starts, params, output_ids: vmap_ids.or(output_ids) })
     }
 
-    /// The batch's results, with the hypotheses of the examples that ran (in `to_run`
-    /// order) as tokens, end tokens removed.
-    /// The longest source of the batch: what CTranslate2 pads it to (see [`Sources`]).
-    pub fn padded(&self) -> usize {
-        self.source_ids.iter().map(Vec::len).max().unwrap_or(0)
+    /// The sources of the examples `part` (indices into `to_run`), to be encoded as within
+    /// the whole batch: padded to its longest source, as CTranslate2 pads it.
+    pub fn sources(&self, part: std::ops::Range<usize>) -> Sources<'_> {
+        let padded = self.source_ids.iter().map(Vec::len).max().unwrap_or(0);
+        Sources { ids: &self.source_ids[part], padded }
     }
 
+    /// The batch's results, with the hypotheses of the examples that ran (in `to_run`
+    /// order) as tokens, end tokens removed.
     pub fn complete(mut self, m: &dyn TranslationModel, hyps: Vec<Hypotheses>) -> Vec<TranslationResult> {
         let tv = m.target_vocabulary();
         let end_ids = &self.params.end_ids;
