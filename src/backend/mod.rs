@@ -305,6 +305,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     type Vector: Send + Sync;
     /// The keys and values one decoder self-attention layer has seen, per row.
     type KvCache: Send;
+    /// The cross-attention keys and values of one decoder layer, per example decoded.
+    type MemoryKv: Default + Send;
 
     /// A short name for logs and `--verbose` ("cpu (avx512vnni)").
     fn name(&self) -> String;
@@ -352,11 +354,18 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn reorder_kv_cache(&self, cache: &mut Self::KvCache, sources: &[usize]);
     /// Frees what the cache keeps for reuse but no row holds.
     fn shrink_kv_cache(&self, _cache: &mut Self::KvCache) {}
-    /// Appends the rows of `src` (`width` floats each) to `dst`, stored as `kv` (not
-    /// float32) in pieces of `chunk` values: `kv.row_slots(width, chunk)` floats a row.
-    /// Only called where `stores_kv_as(kv)`.
-    fn append_stored_rows(&self, _dst: &mut Self::Buffer, _src: &Self::Buffer, _width: usize, _kv: KvCacheType, _chunk: usize) {
-        unreachable!("append_stored_rows is only called for the types a backend stores")
+    /// Appends the examples of `lengths` to `memory`: their projected `[k | v]` positions,
+    /// `rows` (`[Σ lengths, width]` float32, whose contents this may take), stored as `kv`
+    /// (one `stores_kv_as`) in pieces of `chunk` values.
+    #[allow(clippy::too_many_arguments)]
+    fn append_memory_kv(&self, memory: &mut Self::MemoryKv, rows: &mut Self::Buffer, lengths: &[usize], width: usize, kv: KvCacheType, chunk: usize);
+    /// Keeps the examples `kept` (ascending) of `memory`, laid out as `layout`, and frees
+    /// the others'; `slots` floats a stored position.
+    fn keep_memory_kv(&self, memory: &mut Self::MemoryKv, layout: &SequenceLayout, kept: &[usize], slots: usize);
+    /// Whether `keep_memory_kv` costs nothing per kept example: finished examples are then
+    /// dropped as soon as they finish, else once they hold half the memory.
+    fn drops_memory_kv_freely(&self) -> bool {
+        false
     }
     /// One decoder step of encoder-decoder attention: row `r` attends with `query[r]`
     /// over the memory keys/values (fused `[k | v]` rows, stored as `kv`) of example
@@ -366,7 +375,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
         &self,
         ctx: &Ctx,
         query: &Self::Buffer,
-        memory_kv: &Self::Buffer,
+        memory_kv: &Self::MemoryKv,
         kv: KvCacheType,
         memory: &SequenceLayout,
         row_example: &[usize],

@@ -205,9 +205,9 @@ pub struct DecoderState<B: Backend> {
     row_example: Vec<usize>,
     layers: Vec<LayerState<B>>,
     output: Option<OutputSubset<B>>,
-    /// Cross-attention keys and values per layer, computed once: [source rows, 2d], stored
-    /// as `kv` (then `kv.row_slots(2d, head_dim)` floats a row).
-    memory_kv: Vec<B::Buffer>,
+    /// Cross-attention keys and values per layer, computed once for each example's source
+    /// positions, stored as `kv` (then `kv.row_slots(2d, head_dim)` floats a position).
+    memory_kv: Vec<B::MemoryKv>,
     /// How this decoding keeps its keys and values (cross-attention's and the cache's).
     kv: KvCacheType,
     memory: SequenceLayout,
@@ -327,36 +327,40 @@ impl<B: Backend> Decoder<B> {
             .layers
             .iter()
             .map(|layer| {
-                let mut stored = B::Buffer::default();
-                self.append_memory_kv(ctx, layer, &memory, kv, &mut projected, &mut stored, true);
+                let mut stored = B::MemoryKv::default();
+                self.append_memory_kv(ctx, layer, &memory, kv, &mut projected, &mut stored);
                 stored
             })
             .collect();
         Ok(self.state_of(memory.layout, memory_kv, output, kv))
     }
 
-    /// Appends `layer`'s cross-attention keys/values of `memory` to `dst`, stored as `kv`;
-    /// `projected` holds them in float32 on the way to a compact type (float32 ones are
-    /// written into `dst` directly: as its rows if `empty`, else after them).
+    /// Appends `layer`'s cross-attention keys/values of `memory`'s examples to `dst`,
+    /// stored as `kv`, through `projected`. Where the backend multiplies a few hundred rows
+    /// as fast as more (`feed_forward_rows`), a few examples at a time: a batch of long
+    /// sentences projects 6 MB a layer at once.
     #[allow(clippy::too_many_arguments)]
-    fn append_memory_kv(
-        &self,
-        ctx: &Ctx,
-        layer: &DecoderLayer<B>,
-        memory: &EncoderOutput<B>,
-        kv: KvCacheType,
-        projected: &mut B::Buffer,
-        dst: &mut B::Buffer,
-        empty: bool,
-    ) {
-        let (b, total) = (&self.backend, memory.layout.total_rows());
-        match kv {
-            KvCacheType::Float32 if empty => layer.cross_attention.kv.forward(b, ctx, &memory.data, total, dst),
-            KvCacheType::Float32 => layer.cross_attention.kv.forward_append(b, ctx, &memory.data, total, dst),
-            stored => {
-                layer.cross_attention.kv.forward(b, ctx, &memory.data, total, projected);
-                b.append_stored_rows(dst, projected, 2 * self.embeddings.dim(), stored, self.head_dim());
+    fn append_memory_kv(&self, ctx: &Ctx, layer: &DecoderLayer<B>, memory: &EncoderOutput<B>, kv: KvCacheType, projected: &mut B::Buffer, dst: &mut B::MemoryKv) {
+        let (b, d, lengths) = (&self.backend, self.embeddings.dim(), &memory.layout.lengths);
+        let Some(limit) = b.feed_forward_rows() else {
+            layer.cross_attention.kv.forward(b, ctx, &memory.data, memory.layout.total_rows(), projected);
+            b.append_memory_kv(dst, projected, lengths, 2 * d, kv, self.head_dim());
+            return;
+        };
+        let mut part = B::Buffer::default();
+        let (mut first, mut row) = (0, 0);
+        while first < lengths.len() {
+            // Examples up to `limit` rows (at least one).
+            let mut end = first + 1;
+            let mut rows = lengths[first];
+            while end < lengths.len() && rows + lengths[end] <= limit {
+                rows += lengths[end];
+                end += 1;
             }
+            b.copy_rows(&memory.data, d, row, rows, &mut part);
+            layer.cross_attention.kv.forward(b, ctx, &part, rows, projected);
+            b.append_memory_kv(dst, projected, &lengths[first..end], 2 * d, kv, self.head_dim());
+            (first, row) = (end, row + rows);
         }
     }
 
@@ -381,14 +385,14 @@ impl<B: Backend> Decoder<B> {
     pub fn append_examples(&self, ctx: &Ctx, state: &mut DecoderState<B>, memory: EncoderOutput<B>) {
         let mut projected = B::Buffer::default();
         for (layer, dst) in self.layers.iter().zip(&mut state.memory_kv) {
-            self.append_memory_kv(ctx, layer, &memory, state.kv, &mut projected, dst, false);
+            self.append_memory_kv(ctx, layer, &memory, state.kv, &mut projected, dst);
         }
         let joining = self.state_of(memory.layout, Vec::new(), None, state.kv);
         state.append(&self.backend, joining);
     }
 
     /// A state for the examples of `memory`, no row decoded yet.
-    fn state_of(&self, memory: SequenceLayout, memory_kv: Vec<B::Buffer>, output: Option<OutputSubset<B>>, kv: KvCacheType) -> DecoderState<B> {
+    fn state_of(&self, memory: SequenceLayout, memory_kv: Vec<B::MemoryKv>, output: Option<OutputSubset<B>>, kv: KvCacheType) -> DecoderState<B> {
         let b = &self.backend;
         let rows = memory.lengths.len();
         let d = self.embeddings.dim();
@@ -430,7 +434,8 @@ impl<B: Backend> Decoder<B> {
         }
         state.row_example = sources.iter().map(|&s| state.row_example[s]).collect();
         state.steps = sources.iter().map(|&s| state.steps[s]).collect();
-        self.drop_finished_memory(state, 0.5);
+        // Where dropping an example's keys/values moves nobody else's, at once.
+        self.drop_finished_memory(state, if self.backend.drops_memory_kv_freely() { 0.0 } else { 0.5 });
     }
 
     /// Frees what the finished rows left: their cross-attention keys/values and the cache
@@ -457,11 +462,11 @@ impl<B: Backend> Decoder<B> {
         if total - live_rows == 0 || ((total - live_rows) as f32) < share * total as f32 {
             return;
         }
-        let (layout, rows) = state.memory.select(&kept);
-        let width = state.kv.row_slots(2 * self.embeddings.dim(), self.head_dim());
+        let slots = state.kv.row_slots(2 * self.embeddings.dim(), self.head_dim());
         for kv in &mut state.memory_kv {
-            self.backend.reorder_rows(kv, width, &rows);
+            self.backend.keep_memory_kv(kv, &state.memory, &kept, slots);
         }
+        let (layout, _) = state.memory.select(&kept);
         let mut renumbered = vec![0; examples];
         for (i, &e) in kept.iter().enumerate() {
             renumbered[e] = i;

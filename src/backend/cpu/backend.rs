@@ -10,6 +10,7 @@ use super::int8::PackedI8Matrix;
 use super::isa;
 use super::kv_cache::CpuKvCache;
 use super::kv_storage::KvCodec;
+use super::memory_kv::CpuMemoryKv;
 use super::ops;
 use super::packed::PackedMatrix;
 use super::weight::PackedWeight;
@@ -67,6 +68,7 @@ impl Backend for CpuBackend {
     type Matrix = PackedWeight;
     type Vector = Arc<Tensor>;
     type KvCache = CpuKvCache;
+    type MemoryKv = CpuMemoryKv;
 
     fn name(&self) -> String {
         format!("cpu ({})", isa::current().name())
@@ -266,7 +268,7 @@ impl Backend for CpuBackend {
         &self,
         ctx: &Ctx,
         query: &Vec<f32>,
-        memory_kv: &Vec<f32>,
+        memory_kv: &CpuMemoryKv,
         kv: KvCacheType,
         memory: &SequenceLayout,
         row_example: &[usize],
@@ -277,6 +279,7 @@ impl Backend for CpuBackend {
         let head_dim = d / heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
         zeroed(out, row_example.len() * d);
+        debug_assert_eq!(memory_kv.num_examples(), memory.lengths.len(), "one memory per example of the layout");
         let work = row_example.iter().map(|&ex| memory.lengths[ex]).sum::<usize>() * 2 * d;
         // An example's rows (its beams) are adjacent and attended together.
         let starts_example = |r: usize| row_example[r] != row_example[r - 1];
@@ -287,8 +290,7 @@ impl Backend for CpuBackend {
             // attends (see `prefetch_rows`).
             let prefetch = |r: usize| {
                 if kv == KvCacheType::Float32 && r < end {
-                    let (off, len) = (memory.offsets[row_example[r]], memory.lengths[row_example[r]]);
-                    let mem = &memory_kv[off * 2 * d..(off + len) * 2 * d];
+                    let (mem, len) = (memory_kv.example(row_example[r]), memory.lengths[row_example[r]]);
                     prefetch_rows(&KvView::contiguous(&mem, 2 * d, 0), &KvView::contiguous(&mem, 2 * d, d), len, d);
                 }
             };
@@ -303,7 +305,7 @@ impl Backend for CpuBackend {
                 // one-query-row order. An example's rows are adjacent.
                 let rows = row_example[r..end].iter().take_while(|&&e| e == ex).count();
                 prefetch(r + rows);
-                let (off, len) = (memory.offsets[ex], memory.lengths[ex]);
+                let (mem, len) = (memory_kv.example(ex), memory.lengths[ex]);
                 // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
                 let padded = memory.padded[ex];
                 let (q, o) = (&query[r * d..(r + rows) * d], &mut out[(r - first) * d..(r - first + rows) * d]);
@@ -323,13 +325,12 @@ impl Backend for CpuBackend {
                     }
                 };
                 if kv == KvCacheType::Float32 {
-                    attend(&memory_kv[off * 2 * d..(off + len) * 2 * d]);
+                    attend(mem);
                 } else {
                     // Widened once per example, for all its rows (beams).
                     let codec = KvCodec::new(kv, head_dim);
-                    let slots = codec.slots(2 * d);
                     with_widened(|wide| {
-                        codec.decode_rows(&memory_kv[off * slots..(off + len) * slots], len, 2 * d, wide);
+                        codec.decode_rows(mem, len, 2 * d, wide);
                         attend(wide)
                     });
                 }
@@ -390,16 +391,16 @@ impl Backend for CpuBackend {
         w.matmul(x, bias.map(|b| &b[..]), &mut out[start..], rows, ctx.threads);
     }
 
-    fn append_stored_rows(&self, dst: &mut Vec<f32>, src: &Vec<f32>, width: usize, kv: KvCacheType, chunk: usize) {
-        let codec = KvCodec::new(kv, chunk);
-        let slots = codec.slots(width);
-        let start = dst.len();
-        let rows = src.len() / width.max(1);
-        dst.reserve_exact(rows * slots);
-        dst.resize(start + rows * slots, 0.0);
-        for (row, stored) in src.chunks_exact(width).zip(dst[start..].chunks_exact_mut(slots)) {
-            codec.encode(row, stored);
-        }
+    fn append_memory_kv(&self, memory: &mut CpuMemoryKv, rows: &mut Vec<f32>, lengths: &[usize], width: usize, kv: KvCacheType, chunk: usize) {
+        memory.append(rows, lengths, width, KvCodec::new(kv, chunk));
+    }
+
+    fn keep_memory_kv(&self, memory: &mut CpuMemoryKv, _layout: &SequenceLayout, kept: &[usize], _slots: usize) {
+        memory.keep(kept);
+    }
+
+    fn drops_memory_kv_freely(&self) -> bool {
+        true
     }
 
     fn zero_rows(&self, x: &mut Vec<f32>, dim: usize, rows: &[usize]) {

@@ -125,6 +125,7 @@ fn prefetch(row: Option<&[f32]>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::memory_kv::CpuMemoryKv;
 
     fn values(seed: u32, n: usize) -> Vec<f32> {
         let mut s = seed;
@@ -190,11 +191,16 @@ mod tests {
             let shape = AttentionShape { num_heads: heads, dim: d, order };
             for kv in [KvCacheType::BFloat16, KvCacheType::Int8] {
                 let codec = KvCodec::new(kv, head_dim);
-                let mut stored = Vec::new();
-                b.append_stored_rows(&mut stored, &memory, 2 * d, kv, head_dim);
-                assert_eq!(stored.len(), layout.total_rows() * codec.slots(2 * d));
+                let mut stored = CpuMemoryKv::default();
+                b.append_memory_kv(&mut stored, &mut memory.clone(), &layout.lengths, 2 * d, kv, head_dim);
                 let mut widened = Vec::new();
-                codec.decode_rows(&stored, layout.total_rows(), 2 * d, &mut widened);
+                for e in 0..layout.lengths.len() {
+                    assert_eq!(stored.example(e).len(), layout.lengths[e] * codec.slots(2 * d));
+                    let mut wide = Vec::new();
+                    codec.decode_rows(stored.example(e), layout.lengths[e], 2 * d, &mut wide);
+                    widened.extend(wide);
+                }
+                let widened = CpuMemoryKv::float32(&widened, &layout.lengths, 2 * d);
                 let (mut got, mut expected) = (Vec::new(), Vec::new());
                 b.memory_attention(&Ctx::default(), &query, &stored, kv, &layout, &row_example, shape, &mut got);
                 b.memory_attention(&Ctx::default(), &query, &widened, KvCacheType::Float32, &layout, &row_example, shape, &mut expected);

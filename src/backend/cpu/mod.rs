@@ -2,8 +2,9 @@
 //! its kernels, dispatched at run time by `isa`: matrix products with weights packed at
 //! load in float32 (`packed`), int8 (`int8`) and int16 (`int16`), the element-wise and
 //! row-wise operations of a Transformer (`ops`), multi-head attention (`attention`), the
-//! decoder's paged self-attention cache (`kv_cache`) and the compact forms attention keys
-//! and values can be kept in (`kv_storage`).
+//! decoder's paged self-attention cache (`kv_cache`), its cross-attention keys and values per
+//! example (`memory_kv`) and the compact forms attention keys and values can be kept in
+//! (`kv_storage`).
 pub mod attention;
 pub mod backend;
 pub mod int16;
@@ -11,6 +12,7 @@ pub mod int8;
 pub mod isa;
 pub mod kv_cache;
 pub mod kv_storage;
+pub mod memory_kv;
 pub mod ops;
 pub mod packed;
 pub mod team;
@@ -181,6 +183,7 @@ mod tests {
             let run = |ctx: &Ctx| {
                 let (mut encoded, mut crossed, mut attended) = (Vec::new(), Vec::new(), Vec::new());
                 b.sequence_attention(ctx, &encoder_qkv, &layout, shape, &mut encoded);
+                let memory = memory_kv::CpuMemoryKv::float32(&memory, &layout.lengths, 2 * d);
                 b.memory_attention(ctx, &query, &memory, KvCacheType::Float32, &layout, &row_example, shape, &mut crossed);
                 let mut cache = b.new_kv_cache(row_example.len(), KvCacheType::Float32);
                 let mut out = Vec::new();

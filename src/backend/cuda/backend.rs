@@ -12,6 +12,7 @@ use super::memory::{
     DeviceMatrix, DeviceVector, WeightData,
 };
 use super::CudaBackend;
+use crate::backend::cpu::memory_kv::CpuMemoryKv;
 
 /// Launches kernel `$name` of `$dev` with `$cfg` and the arguments (references that live
 /// until the launch returns), panicking with the kernel's name on failure.
@@ -313,6 +314,7 @@ impl Backend for CudaBackend {
     type Matrix = DeviceMatrix;
     type Vector = DeviceVector;
     type KvCache = DeviceKvCache;
+    type MemoryKv = DeviceBuffer;
 
     fn name(&self) -> String {
         format!("cuda:{} ({})", self.info().index, self.info().name)
@@ -607,6 +609,18 @@ impl Backend for CudaBackend {
         cache.rows = rows;
     }
 
+    fn append_memory_kv(&self, memory: &mut DeviceBuffer, rows: &mut DeviceBuffer, _lengths: &[usize], _width: usize, kv: KvCacheType, _chunk: usize) {
+        assert_eq!(kv, KvCacheType::Float32, "the CUDA backend keeps keys/values in float32");
+        // A decoding here takes no rows in (`can_append_rows`): its memory is one batch's.
+        assert!(memory.is_empty(), "CUDA backend: memory keys/values appended to");
+        std::mem::swap(memory, rows);
+    }
+
+    fn keep_memory_kv(&self, memory: &mut DeviceBuffer, layout: &SequenceLayout, kept: &[usize], slots: usize) {
+        let (_, rows) = layout.select(kept);
+        self.reorder_rows(memory, slots, &rows);
+    }
+
     fn memory_attention(
         &self,
         _ctx: &Ctx,
@@ -858,7 +872,8 @@ pub(super) fn smoke_test(backend: &CudaBackend) -> Result<()> {
     let layout = SequenceLayout::new(vec![3]);
     let (query, memory_kv) = (values(2 * 4, 7), values(3 * 2 * 4, 8));
     backend.memory_attention(&Ctx::default(), &backend.buffer_from_host(&query), &backend.buffer_from_host(&memory_kv), KvCacheType::Float32, &layout, &[0, 0], shape, &mut got);
-    cpu.memory_attention(&Ctx::default(), &query, &memory_kv, KvCacheType::Float32, &layout, &[0, 0], shape, &mut expected);
+    let cpu_memory = CpuMemoryKv::float32(&memory_kv, &layout.lengths, 2 * 4);
+    cpu.memory_attention(&Ctx::default(), &query, &cpu_memory, KvCacheType::Float32, &layout, &[0, 0], shape, &mut expected);
     compare("an attention", &mut got, &expected);
 
     if !failures.is_empty() {

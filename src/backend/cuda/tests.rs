@@ -355,7 +355,8 @@ fn attention_matches_the_cpu_backend() {
     let query = data(row_example.len() * d, 21);
     let memory_kv = data(total * 2 * d, 22);
     gpu.memory_attention(&Ctx::default(), &gpu.buffer_from_host(&query), &gpu.buffer_from_host(&memory_kv), KvCacheType::Float32, &layout, &row_example, shape, &mut go);
-    cpu.memory_attention(&Ctx::default(), &query, &memory_kv, KvCacheType::Float32, &layout, &row_example, shape, &mut co);
+    let cpu_memory = crate::backend::cpu::memory_kv::CpuMemoryKv::float32(&memory_kv, &layout.lengths, 2 * d);
+    cpu.memory_attention(&Ctx::default(), &query, &cpu_memory, KvCacheType::Float32, &layout, &row_example, shape, &mut co);
     assert_close(&host(&gpu, &mut go), &co, 1e-5, "memory attention");
 
     // decoder self-attention over 40 steps (the cache regrows), reordered on the way
