@@ -22,7 +22,8 @@ with use_vmap=True on a copy of zh-en-ct2 (its files linked) whose vmap.txt is F
 --kv-cache-types runs Tolk once per kv_cache_type (how it keeps attention keys/values:
 float32, bfloat16, int8), each row compared with the same CTranslate2 run.
 --max-decoding-memory-mb N gives Tolk's greedy runs that budget of decoding state (sentences
-start when their keys/values fit: a lower peak, fewer rows a step, the same outputs).
+start when their keys/values fit: a lower peak, fewer rows a step, the same outputs); 0 = no
+bound; without it, Tolk's default (half the model's weights, at least 32 MB).
 """
 import argparse
 import datetime
@@ -88,7 +89,7 @@ def worker(args):
         options.update(use_vmap=True)
     if args.engine == "tolk" and args.kv_cache_type != "float32":
         options.update(kv_cache_type=args.kv_cache_type)
-    if args.engine == "tolk" and args.max_decoding_memory_mb:
+    if args.engine == "tolk" and args.max_decoding_memory_mb is not None:
         options.update(max_decoding_memory_mb=args.max_decoding_memory_mb)
 
     t0 = time.perf_counter()
@@ -152,8 +153,9 @@ def run_worker(args, engine, compute_type, beam, tokens_file, tmpdir, kv="float3
            "--compute-type", compute_type, "--beam", str(beam), "--tokens-file", tokens_file,
            "--kv-cache-type", kv,
            "--models", args.models, "--max-batch-size", str(args.max_batch_size),
-           "--threads", str(args.threads), "--repeat", str(args.repeat),
-           "--max-decoding-memory-mb", str(args.max_decoding_memory_mb)]
+           "--threads", str(args.threads), "--repeat", str(args.repeat)]
+    if args.max_decoding_memory_mb is not None:
+        cmd += ["--max-decoding-memory-mb", str(args.max_decoding_memory_mb)]
     if args.model_dir:
         cmd += ["--model-dir", args.model_dir]
     out_path = os.path.join(tmpdir, f"{engine}-{compute_type}-{beam}-{kv}.out")
@@ -241,8 +243,9 @@ def main():
     p.add_argument("--vmap", metavar="FILE", help="translate with use_vmap=True and this vmap.txt")
     p.add_argument("--kv-cache-types", default="float32",
                    help="Tolk's kv_cache_type, one row each: float32 (default), bfloat16, int8")
-    p.add_argument("--max-decoding-memory-mb", type=int, default=0, metavar="N",
-                   help="Tolk's max_decoding_memory_mb (decoding state budget; 0 = none, the default)")
+    p.add_argument("--max-decoding-memory-mb", type=int, default=None, metavar="N",
+                   help="Tolk's max_decoding_memory_mb (decoding state budget; 0 = none; "
+                        "default: Tolk's, half the model's weights, at least 32)")
     # Worker mode (internal).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine", help=argparse.SUPPRESS)

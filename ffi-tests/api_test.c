@@ -536,7 +536,10 @@ static void test_progress(TolkModel *model) {
     TolkTranslateOptions o = progress_options(&log, 5);
     CHECK_STATUS(tolk_translate_batch(translator, PBATCH, PLENGTHS, PBATCH_SIZE, NULL, NULL, &o, &got), TOLK_OK);
     CHECK(log.violations == 0 && log.calls == 3 && log.total == PBATCH_SIZE);
-    CHECK(log.done[0] == 5 && log.done[1] == 10 && log.done[2] == PBATCH_SIZE);
+    /* Batches of 5, 5 and 2 sentences, counted as they finish: a later batch joins the
+     * decoding of an earlier one (continuous batching) and may finish first. */
+    CHECK((log.done[0] == 5 || log.done[0] == 2) && (log.done[1] == 10 || log.done[1] == 7) &&
+          (log.done[1] - log.done[0] == 5 || log.done[1] - log.done[0] == 2) && log.done[2] == PBATCH_SIZE);
     CHECK(same_results(got, want, PBATCH_SIZE));
     tolk_result_free(got);
     got = NULL;

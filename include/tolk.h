@@ -51,6 +51,12 @@
 #define TOLK_ABI_VERSION 1
 
 /**
+ * `TolkTranslateOptions.max_decoding_memory_mb`: the automatic budget (half the model's
+ * weights, at least 32 MB), the default.
+ */
+#define TOLK_DECODING_MEMORY_AUTO UINT32_MAX
+
+/**
  * Result of every fallible call.
  */
 typedef enum TolkStatus {
@@ -387,8 +393,8 @@ typedef struct TolkTranslateOptions {
    * Where a call's batches are decoded together (greedy search, several batches): the
    * decoding state (attention keys and values) planned for, in MB. Sentences wait to
    * start until theirs fits and a batch may start in parts: a lower peak memory for
-   * fewer rows a step, the same results. 0 = no bound (default). Not a CTranslate2
-   * option.
+   * fewer rows a step, the same results. TOLK_DECODING_MEMORY_AUTO (the default): half
+   * the model's weights, at least 32 MB; 0 = no bound. Not a CTranslate2 option.
    */
   uint32_t max_decoding_memory_mb;
 } TolkTranslateOptions;

@@ -50,16 +50,18 @@ fn real_model_examples_equal_their_batch_translated_alone() {
         let model = Model::load_with(&dir, compute_type).unwrap();
         let options = greedy(16);
         let expected = batch_by_batch(&translator(&model, 1), &source, None, &options);
+        // The default budget (half the weights: 39 MB in int8, more than these batches need
+        // in float32).
         for workers in [1, 2] {
             let got = translator(&model, workers).translate_batch(&source, None, &options).unwrap();
             assert_same(&got, &expected, &format!("{compute_type:?}, {workers} workers"));
         }
-        // 1 MB holds about 40 positions of zh-en (24 KB each): one example at a time at
-        // first; 6 MB: parts of a few.
-        for max_decoding_memory_mb in [1, 6] {
-            let options = TranslateOptions { max_decoding_memory_mb, ..options.clone() };
+        // No bound; 1 MB holds about 40 positions of zh-en (24 KB each): one example at a
+        // time at first; 6 MB: parts of a few.
+        for mb in [0, 1, 6] {
+            let options = TranslateOptions { max_decoding_memory_mb: Some(mb), ..options.clone() };
             let got = translator(&model, 1).translate_batch(&source, None, &options).unwrap();
-            assert_same(&got, &expected, &format!("{compute_type:?}, state budget {max_decoding_memory_mb} MB"));
+            assert_same(&got, &expected, &format!("{compute_type:?}, state budget {mb} MB"));
         }
     }
 }
@@ -76,7 +78,7 @@ fn real_model_beam_examples_equal_their_batch_translated_alone() {
                 let got = translator(&model, workers).translate_batch(&source, None, &options).unwrap();
                 assert_same(&got, &expected, &format!("{compute_type:?}, beam {beam_size}, {workers} workers"));
             }
-            let budgeted = TranslateOptions { max_decoding_memory_mb: 4, ..options.clone() };
+            let budgeted = TranslateOptions { max_decoding_memory_mb: Some(4), ..options.clone() };
             let got = translator(&model, 2).translate_batch(&source, None, &budgeted).unwrap();
             assert_same(&got, &expected, &format!("{compute_type:?}, beam {beam_size}, state budget 4 MB"));
         }

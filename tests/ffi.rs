@@ -664,7 +664,10 @@ fn the_c_example_reports_progress() {
     assert!(progress_lines(&stderr).is_empty(), "no --progress, no progress: {stderr}");
     let (code, out, stderr) = cli(&[&base[..], &["--progress"]].concat(), tokens);
     assert_eq!((code, out.as_str()), (Some(0), plain.as_str()), "{stderr}");
-    assert_eq!(progress_lines(&stderr), [(3, 7), (6, 7), (7, 7)], "{stderr}");
+    // Batches of 3, 3 and 1 sentences, counted as they finish: a later batch joins the
+    // decoding of an earlier one (continuous batching) and may finish first.
+    let orders: [&[(usize, usize)]; 3] = [&[(3, 7), (6, 7), (7, 7)], &[(3, 7), (4, 7), (7, 7)], &[(1, 7), (4, 7), (7, 7)]];
+    assert!(orders.contains(&progress_lines(&stderr).as_slice()), "{stderr}");
     // Batches of tokens: done grows by whole sentences up to 7.
     let (code, _, stderr) = cli(&[&base[..], &["--progress", "--batch-type", "tokens"]].concat(), tokens);
     assert_eq!(code, Some(0), "{stderr}");

@@ -74,9 +74,12 @@ __all__ = [
     "library_path",
     "Status",
     "ABI_VERSION",
+    "DECODING_MEMORY_AUTO",
 ]
 
 ABI_VERSION = 1
+# TolkTranslateOptions.max_decoding_memory_mb: the automatic budget (half the model's weights, at least 32 MB).
+DECODING_MEMORY_AUTO = 0xFFFFFFFF
 
 
 class Status:
@@ -1132,8 +1135,8 @@ class Translator:
         ``max_decoding_memory_mb`` (not a CTranslate2 argument): where the batches of a call
         are decoded together (greedy search), the decoding state (attention keys and
         values) planned for, in MB: sentences wait to start until theirs fits, for a lower
-        peak memory and fewer rows a step. ``None`` or ``0``: no bound. The results are the
-        same either way."""
+        peak memory and fewer rows a step. ``None``: automatic, half the model's weights, at
+        least 32 MB (39 MB for zh-en in int8); ``0``: no bound. The results are the same either way."""
         keep, opts, args, streams = self._batch_arguments(
             source, target_prefix, progress, on_token, beam_size=beam_size, patience=patience,
             length_penalty=length_penalty, num_hypotheses=num_hypotheses, return_scores=return_scores,
@@ -1256,8 +1259,8 @@ class Translator:
             keep.append(kv_b)
             opts.kv_cache_type = kv_b
         if max_decoding_memory_mb is not None:
-            if int(max_decoding_memory_mb) < 0:
-                raise ValueError("max_decoding_memory_mb must be >= 0, got %r" % (max_decoding_memory_mb,))
+            if not 0 <= int(max_decoding_memory_mb) < DECODING_MEMORY_AUTO:
+                raise ValueError("max_decoding_memory_mb must be in [0, %d), got %r" % (DECODING_MEMORY_AUTO, max_decoding_memory_mb))
             opts.max_decoding_memory_mb = int(max_decoding_memory_mb)
         return opts
 

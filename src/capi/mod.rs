@@ -16,6 +16,10 @@ use stream::{TokenSink, TolkTokenCallback};
 /// Version of the C ABI described by this header; bumped on incompatible changes.
 pub const TOLK_ABI_VERSION: u32 = 1;
 
+/// `TolkTranslateOptions.max_decoding_memory_mb`: the automatic budget (half the model's
+/// weights, at least 32 MB), the default.
+pub const TOLK_DECODING_MEMORY_AUTO: u32 = u32::MAX;
+
 /// Result of every fallible call.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,8 +200,8 @@ pub struct TolkTranslateOptions {
     /// Where a call's batches are decoded together (greedy search, several batches): the
     /// decoding state (attention keys and values) planned for, in MB. Sentences wait to
     /// start until theirs fits and a batch may start in parts: a lower peak memory for
-    /// fewer rows a step, the same results. 0 = no bound (default). Not a CTranslate2
-    /// option.
+    /// fewer rows a step, the same results. TOLK_DECODING_MEMORY_AUTO (the default): half
+    /// the model's weights, at least 32 MB; 0 = no bound. Not a CTranslate2 option.
     pub max_decoding_memory_mb: u32,
 }
 
@@ -681,7 +685,10 @@ fn c_options(d: &TranslateOptions) -> TolkTranslateOptions {
         on_token_user_data: ptr::null_mut(),
         use_vmap: d.use_vmap,
         kv_cache_type: ptr::null(),
-        max_decoding_memory_mb: d.max_decoding_memory_mb.min(u32::MAX as usize) as u32,
+        max_decoding_memory_mb: match d.max_decoding_memory_mb {
+            None => TOLK_DECODING_MEMORY_AUTO,
+            Some(mb) => mb.min(TOLK_DECODING_MEMORY_AUTO as usize - 1) as u32,
+        },
     }
 }
 
@@ -735,7 +742,10 @@ unsafe fn read_translate_options(
             Some(name) => KvCacheType::parse(name)?,
             None => default_options.kv_cache_type,
         },
-        max_decoding_memory_mb: o.max_decoding_memory_mb as usize,
+        max_decoding_memory_mb: match o.max_decoding_memory_mb {
+            TOLK_DECODING_MEMORY_AUTO => None,
+            mb => Some(mb as usize),
+        },
     };
     Ok((options, progress, tokens))
 }

@@ -1,6 +1,6 @@
 //! Building blocks shared by the encoder and decoder: linear layers, normalization,
 //! embeddings and position encodings, plus the weight reader that builds them by name.
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -21,6 +21,8 @@ pub struct WeightReader<'a, B: Backend> {
     converted: RefCell<HashMap<String, Weight>>,
     /// Prepared matrices by stored name, for weights shared by several layers.
     packed: RefCell<HashMap<String, Prepared<B::Matrix>>>,
+    /// Bytes of the matrices prepared so far, at the compute type's width.
+    matrix_bytes: Cell<usize>,
 }
 
 /// A matrix prepared by the backend, with the `[rows, cols]` it was prepared as.
@@ -42,7 +44,14 @@ impl<'a, B: Backend> WeightReader<'a, B> {
             used: RefCell::new(BTreeSet::new()),
             converted: RefCell::new(HashMap::new()),
             packed: RefCell::new(HashMap::new()),
+            matrix_bytes: Cell::new(0),
         }
+    }
+
+    /// Bytes of the weight matrices prepared (each shared one once), the bulk of a model's
+    /// memory: one, two or four a value as the compute type keeps them.
+    pub fn matrix_bytes(&self) -> usize {
+        self.matrix_bytes.get()
     }
 
     fn mark(&self, name: &str) {
@@ -119,6 +128,12 @@ impl<'a, B: Backend> WeightReader<'a, B> {
             _ => MatrixData::Float(self.tensor(name)?),
         };
         let p = Arc::new(self.backend.matrix(data, n, k, self.compute_type)?);
+        let width = match self.compute_type {
+            ComputeType::Int8 => 1,
+            ComputeType::Int16 | ComputeType::Float16 => 2,
+            _ => 4,
+        };
+        self.matrix_bytes.set(self.matrix_bytes.get() + n * k * width);
         self.source.release(&stored);
         if self.source.is_shared(&stored) {
             self.packed.borrow_mut().insert(stored, Prepared { matrix: Arc::clone(&p), rows: n, cols: k });

@@ -146,6 +146,9 @@ impl<B: Backend> TranslationModel for MarianModel<B> {
     fn position_bytes(&self, kv: KvCacheType) -> usize {
         self.transformer.position_bytes(kv)
     }
+    fn weight_bytes(&self) -> usize {
+        self.transformer.weight_bytes()
+    }
     fn start<'a>(&'a self, ctx: &Ctx, sources: Sources<'_>, output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>> {
         self.transformer.start(ctx, sources, output_ids, kv)
     }

@@ -96,6 +96,9 @@ pub trait TranslationModel: Send + Sync {
     /// `kv`: its keys and values in every layer (cross-attention per source position,
     /// self-attention per step).
     fn position_bytes(&self, kv: KvCacheType) -> usize;
+    /// Bytes the model's weight matrices take in memory (the automatic decoding memory
+    /// budget is half of it).
+    fn weight_bytes(&self) -> usize;
     /// Encodes `sources` and returns their decoder, one row per source. With `output_ids`
     /// (sorted, unique), the logits of each step cover only those target ids, in that order.
     /// The decoder keeps its attention keys/values as `kv`.
@@ -143,9 +146,10 @@ pub trait DecoderSession {
     fn select_rows(&mut self, rows: &[usize]);
     /// Encodes `sources` (all or part of a batch) and appends one row per source after
     /// the current rows, each decoding from its own first step with the results it would
-    /// have had alone (continuous batching). `false`: this session cannot, and nothing
+    /// have had alone (continuous batching). With `release_freed`, the memory the finished
+    /// rows held goes back to the system first. `false`: this session cannot, and nothing
     /// changed.
-    fn append_sources(&mut self, _ctx: &Ctx, _sources: Sources<'_>) -> Result<bool> {
+    fn append_sources(&mut self, _ctx: &Ctx, _sources: Sources<'_>, _release_freed: bool) -> Result<bool> {
         Ok(false)
     }
     /// Each row's source length and the steps it has decoded: with
@@ -172,6 +176,8 @@ pub struct TransformerModel<B: Backend> {
     pub saved_precision: SavedPrecision,
     /// `vmap.txt` of a CTranslate2 model directory.
     pub vocabulary_map: Option<VocabularyMap>,
+    /// Bytes of the weight matrices in memory.
+    pub weight_bytes: usize,
 }
 
 impl<B: Backend> TransformerModel<B> {
@@ -215,6 +221,7 @@ impl<B: Backend> TransformerModel<B> {
         let encoder = Encoder::load(&w, layer_norm_epsilon)?;
         let decoder = Decoder::load(&w, layer_norm_epsilon)?;
         w.ensure_all_used()?;
+        let weight_bytes = w.matrix_bytes();
         drop(w);
         if source_vocabulary.len() != encoder.vocabulary_size() {
             return Err(Error::invalid_model(format!(
@@ -240,6 +247,7 @@ impl<B: Backend> TransformerModel<B> {
             source_vocabulary,
             target_vocabulary,
             vocabulary_map: None,
+            weight_bytes,
         })
     }
 }
@@ -277,6 +285,9 @@ impl<B: Backend> TranslationModel for TransformerModel<B> {
     }
     fn position_bytes(&self, kv: KvCacheType) -> usize {
         self.decoder.position_bytes(kv)
+    }
+    fn weight_bytes(&self) -> usize {
+        self.weight_bytes
     }
     fn start<'a>(&'a self, ctx: &Ctx, sources: Sources<'_>, output_ids: Option<Vec<u32>>, kv: KvCacheType) -> Result<Box<dyn DecoderSession + 'a>> {
         // Refused before the batch is encoded for nothing.

@@ -731,15 +731,15 @@ impl<B: Backend> DecoderSession for TransformerSession<'_, B> {
         let state = &self.state;
         state.row_example.iter().zip(&state.steps).map(|(&e, &steps)| (state.memory.lengths[e], steps)).collect()
     }
-    fn append_sources(&mut self, ctx: &Ctx, sources: Sources<'_>) -> Result<bool> {
+    fn append_sources(&mut self, ctx: &Ctx, sources: Sources<'_>, release_freed: bool) -> Result<bool> {
         if !self.decoder.can_append(&self.state) {
             return Ok(false);
         }
         // The finished examples' keys/values go first: the new ones take their place.
         self.decoder.shrink(&mut self.state);
-        // The freed buffers are scattered in the allocator's heap: the new batch's would
-        // extend it instead of reusing them, and the process grows by a batch's worth.
-        crate::release_free_memory();
+        if release_freed {
+            crate::release_free_memory();
+        }
         let memory = self.encoder.forward(ctx, sources);
         self.decoder.append_examples(ctx, &mut self.state, memory);
         Ok(true)

@@ -653,7 +653,7 @@ def test_progress_struct_fields(tolk):
                           "on_token", "on_token_user_data", "use_vmap", "kv_cache_type",
                           "max_decoding_memory_mb"]
     assert not o.progress and o.progress_user_data is None and not o.use_vmap and o.kv_cache_type is None
-    assert o.max_decoding_memory_mb == 0
+    assert o.max_decoding_memory_mb == tolk.DECODING_MEMORY_AUTO == 0xFFFFFFFF  # the header's TOLK_DECODING_MEMORY_AUTO
     assert tolk.TolkTranslateOptions.progress.offset % ctypes.alignment(ctypes.c_void_p) == 0
     assert tolk.status_string(tolk.Status.ERROR_CANCELLED) == "cancelled"
     assert issubclass(tolk.TolkCancelled, tolk.TolkError)
