@@ -10,10 +10,18 @@
 //! batch's did not fit: the process grew by 7 MB (500 verses, greedy), or it had to hand
 //! the free pages back after each batch (`malloc_trim`) and fault them in again (5% of the
 //! time under a decoding memory budget, which adds a batch in parts).
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use memmap2::{MmapMut, MmapOptions};
 
 use super::kv_storage::KvCodec;
 use crate::backend::KvCacheType;
+
+/// Maps the process may hold for examples' positions (one per example and layer): the
+/// system's limit on a process's maps (65530 by default on Linux) is shared with the host
+/// application, so beyond this many the positions go to the heap.
+const MAX_MAPS: usize = 8192;
+static MAPS: AtomicUsize = AtomicUsize::new(0);
 
 /// One example's stored positions.
 enum Positions {
@@ -26,10 +34,13 @@ enum Positions {
 impl Positions {
     /// `len` floats, zeroed; pages are touched now, in one call, not one fault at a time.
     fn zeroed(len: usize) -> Positions {
-        if len > 0 {
+        if len > 0 && MAPS.fetch_add(1, Ordering::Relaxed) < MAX_MAPS {
             if let Ok(map) = MmapOptions::new().len(len * std::mem::size_of::<f32>()).populate().map_anon() {
                 return Positions::Mapped(map, len);
             }
+        }
+        if len > 0 {
+            MAPS.fetch_sub(1, Ordering::Relaxed);
         }
         Positions::Heap(vec![0.0; len])
     }
@@ -46,6 +57,14 @@ impl Positions {
         match self {
             Positions::Mapped(map, len) => &mut bytemuck::cast_slice_mut(&mut map[..])[..*len],
             Positions::Heap(v) => v,
+        }
+    }
+}
+
+impl Drop for Positions {
+    fn drop(&mut self) {
+        if let Positions::Mapped(..) = self {
+            MAPS.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
