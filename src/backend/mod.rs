@@ -401,14 +401,6 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn append_rows(&self, _dst: &mut Self::Buffer, _src: &Self::Buffer) {
         unreachable!("append_rows is only called where can_append_rows")
     }
-    /// `linear` (no ReLU) with its `rows` output rows appended after those of `out` (only
-    /// where `can_append_rows`); a backend that can write them there saves the copy.
-    #[allow(clippy::too_many_arguments)]
-    fn linear_append(&self, ctx: &Ctx, x: &Self::Buffer, rows: usize, w: &Self::Matrix, bias: Option<&Self::Vector>, out: &mut Self::Buffer) {
-        let mut y = Self::Buffer::default();
-        self.linear(ctx, x, rows, w, bias, false, &mut y);
-        self.append_rows(out, &y);
-    }
     /// Sets rows `rows` of `x` (width `dim`) to zero (only where `can_append_rows`: rows
     /// that joined a decoding later start from a zero embedding on their own first step).
     fn zero_rows(&self, _x: &mut Self::Buffer, _dim: usize, _rows: &[usize]) {

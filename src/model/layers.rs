@@ -291,12 +291,6 @@ impl<B: Backend> Linear<B> {
         backend.linear(ctx, x, rows, &self.weight, self.bias.as_ref(), false, out);
     }
 
-    /// `forward` with the outputs appended after the rows of `out` (where the backend
-    /// `can_append_rows`).
-    pub fn forward_append(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, out: &mut B::Buffer) {
-        backend.linear_append(ctx, x, rows, &self.weight, self.bias.as_ref(), out);
-    }
-
     /// `forward` for the output layer, its `rows` outputs (the logits) written on the host.
     pub fn forward_to_host(&self, backend: &B, ctx: &Ctx, x: &B::Buffer, rows: usize, scratch: &mut B::Buffer, host: &mut Vec<f32>) {
         backend.logits(ctx, x, rows, &self.weight, self.bias.as_ref(), scratch, host);

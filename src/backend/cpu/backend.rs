@@ -382,15 +382,6 @@ impl Backend for CpuBackend {
         dst.extend_from_slice(src);
     }
 
-    fn linear_append(&self, ctx: &Ctx, x: &Vec<f32>, rows: usize, w: &PackedWeight, bias: Option<&Arc<Tensor>>, out: &mut Vec<f32>) {
-        // Straight into the tail of `out`: a batch joining a decoding adds 38 MB of
-        // cross-attention keys/values (zh-en, 32 long verses), which went through a
-        // buffer and a copy before.
-        let start = out.len();
-        resize_output(out, start + rows * w.rows());
-        w.matmul(x, bias.map(|b| &b[..]), &mut out[start..], rows, ctx.threads);
-    }
-
     fn append_memory_kv(&self, memory: &mut CpuMemoryKv, rows: &mut Vec<f32>, lengths: &[usize], width: usize, kv: KvCacheType, chunk: usize) {
         memory.append(rows, lengths, width, KvCodec::new(kv, chunk));
     }
