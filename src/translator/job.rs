@@ -350,8 +350,8 @@ const AUTOMATIC_BUDGET_FLOOR: usize = 32 << 20;
 /// under the budget. A batch may start in parts (each encoded as within the whole batch,
 /// so results are unchanged), and the longest batch no longer sets the peak: zh-en int8
 /// greedy over 500 verses at AVX2 peaks at 142 MB with the default budget (39 MB) instead
-/// of 169 MB without one, 2-3% slower (the first, longest sentences decode fewer rows a
-/// step).
+/// of 169 MB without one, about 4% slower (2-3% natively: the first, longest sentences
+/// decode fewer rows a step).
 struct Admission {
     /// Bytes of state to plan for.
     budget: usize,
