@@ -220,7 +220,8 @@ class TolkTranslateOptions(ctypes.Structure):
         ("use_vmap", ctypes.c_bool),
         # How decoding keeps attention keys/values: "float32" (NULL), "bfloat16", "int8".
         ("kv_cache_type", ctypes.c_char_p),
-        # Decoding state planned for where batches are decoded together, in MB; 0 = no bound.
+        # Decoding state planned for where batches are decoded together, in MB; 0 = no bound,
+        # DECODING_MEMORY_AUTO (the default) = half the model's weights, at least 32 MB.
         ("max_decoding_memory_mb", ctypes.c_uint32),
     ]
 
