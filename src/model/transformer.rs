@@ -322,30 +322,27 @@ impl<B: Backend> Decoder<B> {
             }
             None => None,
         };
-        let mut projected = B::Buffer::default();
-        let memory_kv = self
-            .layers
-            .iter()
-            .map(|layer| {
-                let mut stored = B::MemoryKv::default();
-                self.append_memory_kv(ctx, layer, &memory, kv, &mut projected, &mut stored);
-                stored
-            })
-            .collect();
+        let mut memory_kv: Vec<B::MemoryKv> = self.layers.iter().map(|_| B::MemoryKv::default()).collect();
+        self.append_memory_kv(ctx, &memory, kv, &mut memory_kv);
         Ok(self.state_of(memory.layout, memory_kv, output, kv))
     }
 
-    /// Appends `layer`'s cross-attention keys/values of `memory`'s examples to `dst`,
-    /// stored as `kv`, through `projected`. Where the backend multiplies a few hundred rows
-    /// as fast as more (`feed_forward_rows`), a few examples at a time: a batch of long
-    /// sentences projects 6 MB a layer at once.
-    #[allow(clippy::too_many_arguments)]
-    fn append_memory_kv(&self, ctx: &Ctx, layer: &DecoderLayer<B>, memory: &EncoderOutput<B>, kv: KvCacheType, projected: &mut B::Buffer, dst: &mut B::MemoryKv) {
+    /// Appends every layer's cross-attention keys/values of `memory`'s examples to that
+    /// layer's `dst`, stored as `kv`. Where the backend multiplies a few hundred rows as
+    /// fast as more (`feed_forward_rows`), a few examples at a time, their encoder rows
+    /// copied out once for all layers: a batch of long sentences projects 6 MB a layer at
+    /// once.
+    fn append_memory_kv(&self, ctx: &Ctx, memory: &EncoderOutput<B>, kv: KvCacheType, dst: &mut [B::MemoryKv]) {
         let (b, d, lengths) = (&self.backend, self.embeddings.dim(), &memory.layout.lengths);
+        let mut projected = B::Buffer::default();
+        let mut project = |x: &B::Buffer, rows: usize, lengths: &[usize]| {
+            for (layer, dst) in self.layers.iter().zip(dst.iter_mut()) {
+                layer.cross_attention.kv.forward(b, ctx, x, rows, &mut projected);
+                b.append_memory_kv(dst, &mut projected, lengths, 2 * d, kv, self.head_dim());
+            }
+        };
         let Some(limit) = b.feed_forward_rows() else {
-            layer.cross_attention.kv.forward(b, ctx, &memory.data, memory.layout.total_rows(), projected);
-            b.append_memory_kv(dst, projected, lengths, 2 * d, kv, self.head_dim());
-            return;
+            return project(&memory.data, memory.layout.total_rows(), lengths);
         };
         let mut part = B::Buffer::default();
         let (mut first, mut row) = (0, 0);
@@ -358,8 +355,7 @@ impl<B: Backend> Decoder<B> {
                 end += 1;
             }
             b.copy_rows(&memory.data, d, row, rows, &mut part);
-            layer.cross_attention.kv.forward(b, ctx, &part, rows, projected);
-            b.append_memory_kv(dst, projected, &lengths[first..end], 2 * d, kv, self.head_dim());
+            project(&part, rows, &lengths[first..end]);
             (first, row) = (end, row + rows);
         }
     }
@@ -379,14 +375,10 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// Adds the examples of `memory` to `state` (continuous batching; the caller checks
-    /// `can_append`): their rows after `state`'s. Their cross-attention keys/values are
-    /// computed one layer at a time into one buffer and appended to the layer's, so that a
-    /// join holds one layer's copy at a time rather than every layer's twice.
+    /// `can_append`): their rows after `state`'s, their cross-attention keys/values in
+    /// each layer's memory (`append_memory_kv`).
     pub fn append_examples(&self, ctx: &Ctx, state: &mut DecoderState<B>, memory: EncoderOutput<B>) {
-        let mut projected = B::Buffer::default();
-        for (layer, dst) in self.layers.iter().zip(&mut state.memory_kv) {
-            self.append_memory_kv(ctx, layer, &memory, state.kv, &mut projected, dst);
-        }
+        self.append_memory_kv(ctx, &memory, state.kv, &mut state.memory_kv);
         let joining = self.state_of(memory.layout, Vec::new(), None, state.kv);
         state.append(&self.backend, joining);
     }
