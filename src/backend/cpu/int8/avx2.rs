@@ -1,7 +1,7 @@
 //! The planned int8 product with 256-bit AVX2 (see `plan`): per unit of rows, each k step
 //! through the kernel its plan names.
 
-use super::plan::{for_each_bit_by_runs, GroupPlan, Kind};
+use super::plan::GroupPlan;
 use super::{TileOut, NR};
 use std::arch::x86_64::*;
 
@@ -64,20 +64,19 @@ unsafe fn pair_sums(p: __m256i) -> __m256i {
 unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
     let (a, w) = (x.as_ptr(), panel.as_ptr());
     let unit = r0 / 2;
-    let (hexadecets, octets) = (plan.steps(unit, Kind::Hexadecets), plan.steps(unit, Kind::Octets));
-    let (quads, exact) = (plan.steps(unit, Kind::Quads), plan.steps(unit, Kind::Exact));
+    let [hexadecets, octets, quads, exact] = plan.step_lists(unit);
     let ones = _mm256_set1_epi16(1);
     let mut s = [[_mm256_setzero_si256(); 4]; R];
     let mut pf = super::x86::Prefetcher::new(if PREFETCH { t.prefetch } else { &[] }, kp / 8);
     // Hexadecets (pairs of rows only) 16 columns at a time: two rows' 4 sums, 8 broadcasts
     // and the weights fit the 16 registers (all 32 columns would spill).
     for half in [0, 2] {
-        for_each_bit_by_runs!(hexadecets, |h| {
+        for &h in hexadecets {
             if PREFETCH && half == 0 {
                 pf.step();
                 pf.step();
             }
-            let g = 4 * h;
+            let g = 4 * h as usize;
             let mut xv = [[_mm256_setzero_si256(); 4]; R];
             for r in 0..R {
                 for i in 0..4 {
@@ -92,13 +91,13 @@ unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan,
                     s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), ones));
                 }
             }
-        });
+        }
     }
-    for_each_bit_by_runs!(octets, |o| {
+    for &o in octets {
         if PREFETCH {
             pf.step();
         }
-        let g = 2 * o;
+        let g = 2 * o as usize;
         let (mut xa_, mut xb_) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
         for r in 0..R {
             (xa_[r], xb_[r]) = (broadcast(a, g, r0 + r), broadcast(a, g + 1, r0 + r));
@@ -110,8 +109,9 @@ unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan,
                 s[r][j] = _mm256_add_epi32(s[r][j], pair_sums(p));
             }
         }
-    });
-    for_each_bit_by_runs!(quads, |g| {
+    }
+    for &g in quads {
+        let g = g as usize;
         let mut xv = [_mm256_setzero_si256(); R];
         for r in 0..R {
             xv[r] = broadcast(a, g, r0 + r);
@@ -122,8 +122,9 @@ unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan,
                 s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_maddubs_epi16(wj, xv[r]), ones));
             }
         }
-    });
-    for_each_bit_by_runs!(exact, |g| {
+    }
+    for &g in exact {
+        let g = g as usize;
         for r in 0..R {
             let xv = broadcast(a, g, r0 + r);
             let xav = _mm256_abs_epi8(xv);
@@ -132,7 +133,7 @@ unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan,
                 s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(p, ones));
             }
         }
-    });
+    }
     for r in 0..R {
         let shift = _mm256_set1_epi32(plan.compensation[r0 + r]);
         for v in s[r].iter_mut() {

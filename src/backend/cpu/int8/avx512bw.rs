@@ -9,7 +9,7 @@
 //! and not kept: k blocked by 512 so that a k = 2048 panel stays in L1 (+28% on that shape
 //! alone, 4% slower at k = 512 and no faster end to end).
 
-use super::plan::{for_each_bit, GroupPlan, Kind};
+use super::plan::GroupPlan;
 use super::x86::Prefetcher;
 use super::{TileOut, NR};
 use std::arch::x86_64::*;
@@ -58,17 +58,16 @@ unsafe fn load_weights(w: *const u8, g: usize, j: usize) -> __m512i {
 unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
     let (a, w) = (x.as_ptr(), panel.as_ptr());
     let unit = r0 / 2;
-    let (hexadecets, octets) = (plan.steps(unit, Kind::Hexadecets), plan.steps(unit, Kind::Octets));
-    let (quads, exact) = (plan.steps(unit, Kind::Quads), plan.steps(unit, Kind::Exact));
+    let [hexadecets, octets, quads, exact] = plan.step_lists(unit);
     let ones = _mm512_set1_epi16(1);
     let mut s = [[_mm512_setzero_si512(); 2]; R];
     let mut pf = Prefetcher::new(if PREFETCH { t.prefetch } else { &[] }, kp / 8);
-    for_each_bit!(hexadecets, |h| {
+    for &h in hexadecets {
         if PREFETCH {
             pf.step();
             pf.step();
         }
-        let g = 4 * h;
+        let g = 4 * h as usize;
         let mut xv = [[_mm512_setzero_si512(); 4]; R];
         for r in 0..R {
             for i in 0..4 {
@@ -83,12 +82,12 @@ unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan,
                 s[r][j] = _mm512_add_epi32(s[r][j], _mm512_madd_epi16(_mm512_add_epi16(p01, p23), ones));
             }
         }
-    });
-    for_each_bit!(octets, |o| {
+    }
+    for &o in octets {
         if PREFETCH {
             pf.step();
         }
-        let g = 2 * o;
+        let g = 2 * o as usize;
         let (mut xa, mut xb) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
         for r in 0..R {
             (xa[r], xb[r]) = (broadcast(a, g, r0 + r), broadcast(a, g + 1, r0 + r));
@@ -100,8 +99,9 @@ unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan,
                 s[r][j] = _mm512_add_epi32(s[r][j], _mm512_madd_epi16(p, ones));
             }
         }
-    });
-    for_each_bit!(quads, |g| {
+    }
+    for &g in quads {
+        let g = g as usize;
         let mut xv = [_mm512_setzero_si512(); R];
         for r in 0..R {
             xv[r] = broadcast(a, g, r0 + r);
@@ -112,8 +112,9 @@ unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan,
                 s[r][j] = _mm512_add_epi32(s[r][j], _mm512_madd_epi16(_mm512_maddubs_epi16(wj, xv[r]), ones));
             }
         }
-    });
-    for_each_bit!(exact, |g| {
+    }
+    for &g in exact {
+        let g = g as usize;
         for r in 0..R {
             // `|x|` times `w` negated where `x` is negative (`x = 0` multiplies to 0 either way).
             let xv = broadcast(a, g, r0 + r);
@@ -124,7 +125,7 @@ unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan,
                 s[r][j] = _mm512_add_epi32(s[r][j], _mm512_madd_epi16(_mm512_maddubs_epi16(xav, ws), ones));
             }
         }
-    });
+    }
     for r in 0..R {
         let shift = _mm512_set1_epi32(plan.compensation[r0 + r]);
         for v in s[r].iter_mut() {

@@ -28,6 +28,21 @@ use std::arch::x86_64::*;
 use std::cell::Cell;
 use std::sync::OnceLock;
 
+/// Calls `$body` with `$i` bound to each set bit of the mask words `$words`, ascending.
+macro_rules! for_each_bit {
+    ($words:expr, |$i:ident| $body:block) => {
+        for (wi, &word) in $words.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let $i = wi * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                $body
+            }
+        }
+    };
+}
+
+
 /// The largest `Σ|x| + |Σ x|` of a run of products one int16 lane may sum (see the module
 /// doc): `127 a + 128 s <= 32767` holds for `a + s <= 256`, as `s <= a`.
 const LANE_BUDGET: i16 = 256;
@@ -114,30 +129,39 @@ impl MaskLayout {
     }
 }
 
-/// The plans of one product's rows: per unit, bit masks over the k steps of each kind, and
-/// per row the compensation `128 Σ x` of its shifted steps.
+/// The plans of one product's rows: per unit, the k steps each kind takes (planned as bit
+/// masks, read by the kernels as lists of indices), and per row the compensation `128 Σ x`
+/// of its shifted steps.
 #[derive(Default)]
 pub(super) struct Plans {
     masks: Vec<u64>,
+    /// Per unit `kp / 4` slots: its hexadecets' indices, then its octets', quads' and exact
+    /// steps' (together at most `kp / 4`), the unit's share of each in `counts`.
+    lists: Vec<u16>,
+    counts: Vec<[u16; 4]>,
     compensation: Vec<i32>,
     layout: MaskLayout,
 }
 
 /// The plan of one group of `MR` rows, as the kernel reads it.
 pub(super) struct GroupPlan<'a> {
-    masks: &'a [u64],
+    lists: &'a [u16],
+    counts: &'a [[u16; 4]],
     /// `128 Σ x` of each row's shifted steps, subtracted before the epilogue.
     pub(super) compensation: &'a [i32],
-    layout: MaskLayout,
+    /// Slots per unit in `lists` (`kp / 4`).
+    slots: usize,
 }
 
 impl GroupPlan<'_> {
-    fn unit(&self, u: usize) -> &[u64] {
-        &self.masks[u * self.layout.words..(u + 1) * self.layout.words]
-    }
-
-    pub(super) fn steps(&self, u: usize, kind: Kind) -> &[u64] {
-        &self.unit(u)[self.layout.range(kind)]
+    /// Unit `u`'s steps of each kind as ascending indices (hexadecets, octets, quads, exact).
+    pub(super) fn step_lists(&self, u: usize) -> [&[u16]; 4] {
+        let (counts, mut rest) = (self.counts[u], &self.lists[u * self.slots..(u + 1) * self.slots]);
+        counts.map(|c| {
+            let (list, after) = rest.split_at(c as usize);
+            rest = after;
+            list
+        })
     }
 }
 
@@ -163,24 +187,53 @@ impl Plans {
             // (see Companion::of); the group holds `kp / 4` steps of `MR` rows.
             unsafe { planner.plan(kp, masks, &mut self.compensation[g * MR..(g + 1) * MR]) };
         }
+        self.fill_lists(groups * UNITS, kp / 4);
     }
 
-    pub(super) fn group(&self, g: usize) -> GroupPlan<'_> {
+    /// The masks as lists of indices, which the kernels walk. A product's plan serves all its
+    /// panels (some 2000 for the 65k output layer), so the lists are made once and read many
+    /// times. Walked in the masks by runs of set bits (formerly, at AVX2), each run's end was a
+    /// branch that hangs on the data: on zh-en a unit's octets come in runs of about 13 steps
+    /// between runs of 2-3 quads, and the mispredictions cost more than the walk; a list ends
+    /// once per kind. Zen 4 forced to AVX2, int8 beam 4, 150 verses, 4 alternating rounds:
+    /// 322-328 -> 328-334 tokens/s; greedy and the AVX-512BW kernel (bit by bit before, which
+    /// on Skylake-SP beat runs by 3-6%) unchanged within the noise (2026-11-29).
+    fn fill_lists(&mut self, units: usize, slots: usize) {
+        assert!(slots <= 1 << 16, "an int8 product's depth {} exceeds the planned kernels' {}", 4 * slots, 4 << 16);
+        self.lists.resize(units * slots, 0);
+        self.counts.resize(units, [0; 4]);
         let words = self.layout.words;
-        GroupPlan {
-            masks: &self.masks[g * UNITS * words..(g + 1) * UNITS * words],
-            compensation: &self.compensation[g * MR..(g + 1) * MR],
-            layout: self.layout,
+        for ((unit, list), counts) in self.masks.chunks_exact(words).zip(self.lists.chunks_exact_mut(slots)).zip(&mut self.counts) {
+            let mut n = 0;
+            for (kind, count) in [Kind::Hexadecets, Kind::Octets, Kind::Quads, Kind::Exact].into_iter().zip(counts.iter_mut()) {
+                let first = n;
+                for_each_bit!(unit[self.layout.range(kind)], |i| {
+                    list[n] = i as u16;
+                    n += 1;
+                });
+                *count = (n - first) as u16;
+            }
         }
     }
 
-    /// Multiply-adds of one row taken by each kind, summed over the units (for tests).
+    pub(super) fn group(&self, g: usize) -> GroupPlan<'_> {
+        let slots = self.lists.len() / self.counts.len().max(1);
+        GroupPlan {
+            lists: &self.lists[g * UNITS * slots..(g + 1) * UNITS * slots],
+            counts: &self.counts[g * UNITS..(g + 1) * UNITS],
+            compensation: &self.compensation[g * MR..(g + 1) * MR],
+            slots,
+        }
+    }
+
+    /// Multiply-adds of one row taken by each kind as the kernels read them, summed over
+    /// the units (for tests).
     #[cfg(test)]
     pub(super) fn kernel_shares(&self) -> [usize; 4] {
         let mut shares = [0; 4];
-        for unit in self.masks.chunks_exact(self.layout.words.max(1)) {
-            for (i, kind) in [Kind::Hexadecets, Kind::Octets, Kind::Quads, Kind::Exact].into_iter().enumerate() {
-                shares[i] += [16, 8, 4, 4][i] * unit[self.layout.range(kind)].iter().map(|v| v.count_ones() as usize).sum::<usize>();
+        for counts in &self.counts {
+            for (i, &c) in counts.iter().enumerate() {
+                shares[i] += [16, 8, 4, 4][i] * c as usize;
             }
         }
         shares
@@ -314,62 +367,51 @@ impl GroupPlanner<'_> {
     }
 }
 
-/// Calls `$body` with `$i` bound to each set bit of the mask words `$words`, ascending.
-macro_rules! for_each_bit {
-    ($words:expr, |$i:ident| $body:block) => {
-        for (wi, &word) in $words.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let $i = wi * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                $body
-            }
-        }
-    };
-}
-pub(super) use for_each_bit;
-
-/// [`for_each_bit`] walking the runs of consecutive set bits and counting through each run
-/// (a run ends at a word's end). Found bit by bit, a step costs some ten scalar
-/// instructions, which on Intel cores issue to the ports of the 256-bit multiplies and
-/// additions: the AVX2 kernel walks by runs (Skylake-SP, octets, gemm_bench 128x2048x512:
-/// 97 -> 112-116 GOP/s). The 512-bit kernel keeps `for_each_bit`: by runs it ran 3-6%
-/// slower there (2026-11-28).
-macro_rules! for_each_bit_by_runs {
-    ($words:expr, |$i:ident| $body:block) => {
-        for (wi, &word) in $words.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let low = bits.trailing_zeros() as usize;
-                let len = (!(bits >> low)).trailing_zeros() as usize;
-                bits = if low + len >= 64 { 0 } else { bits & (!0u64 << (low + len)) };
-                for $i in wi * 64 + low..wi * 64 + low + len {
-                    $body
-                }
-            }
-        }
-    };
-}
-pub(super) use for_each_bit_by_runs;
 
 #[cfg(test)]
 mod tests {
-    /// Both walks visit the same bits in the same order: full words, runs that end at a
-    /// word's last bit, single bits, empty words.
+    use super::*;
+
+    /// The lists hold each unit's steps of each kind, ascending, for any partition of the k
+    /// steps into kinds (the planner's masks): depths that end inside a word, on a word's
+    /// last bit and past the first word; several groups of units.
     #[test]
-    fn walking_by_runs_visits_every_set_bit_in_order() {
+    fn step_lists_follow_the_masks() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut cases = vec![vec![0u64], vec![!0u64], vec![1 << 63, 1], vec![!0, 0, !0 >> 1, 0x8000_0000_0000_0001], vec![0xaaaa_aaaa_aaaa_aaaa, 0x0ff0_0ff0_f00f_0ff0], vec![!0 << 60, 0xffff_0000_ffff_0000]];
-        for _ in 0..200 {
-            cases.push((0..3).map(|_| { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; seed & (seed >> 1) }).collect());
-        }
-        for words in cases {
-            let (mut by_bits, mut by_runs) = (Vec::new(), Vec::new());
-            for_each_bit!(words, |i| { by_bits.push(i); });
-            for_each_bit_by_runs!(words, |i| { by_runs.push(i); });
-            let expected: Vec<usize> = (0..64 * words.len()).filter(|&i| words[i / 64] >> (i % 64) & 1 == 1).collect();
-            assert_eq!(by_bits, expected, "{words:x?}");
-            assert_eq!(by_runs, expected, "{words:x?}");
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for kp in [4, 8, 60, 256, 512, 1028, 2048] {
+            let (steps, layout, units) = (kp / 4, MaskLayout::new(kp), 3 * UNITS);
+            let mut plans = Plans { masks: vec![0; units * layout.words], compensation: vec![0; 3 * MR], layout, ..Plans::default() };
+            let mut expected = vec![[const { Vec::new() }; 4]; units];
+            for (u, lists) in expected.iter_mut().enumerate() {
+                let mut g = 0;
+                while g < steps {
+                    let kind = match next() % 4 {
+                        0 if g % 4 == 0 && g + 4 <= steps => Kind::Hexadecets,
+                        0 | 1 if g % 2 == 0 && g + 2 <= steps => Kind::Octets,
+                        2 => Kind::Exact,
+                        _ => Kind::Quads,
+                    };
+                    let (index, width) = match kind {
+                        Kind::Hexadecets => (g / 4, 4),
+                        Kind::Octets => (g / 2, 2),
+                        _ => (g, 1),
+                    };
+                    plans.masks[u * layout.words + layout.start[kind as usize] + index / 64] |= 1 << (index % 64);
+                    lists[kind as usize].push(index as u16);
+                    g += width;
+                }
+            }
+            plans.fill_lists(units, steps);
+            for (u, lists) in expected.iter().enumerate() {
+                let group = plans.group(u / UNITS);
+                assert_eq!(group.step_lists(u % UNITS).map(<[u16]>::to_vec), *lists, "kp {kp} unit {u}");
+            }
         }
     }
 }
