@@ -42,7 +42,6 @@ macro_rules! for_each_bit {
     };
 }
 
-
 /// The largest `Σ|x| + |Σ x|` of a run of products one int16 lane may sum (see the module
 /// doc): `127 a + 128 s <= 32767` holds for `a + s <= 256`, as `s <= a`.
 const LANE_BUDGET: i16 = 256;
@@ -199,10 +198,15 @@ impl Plans {
     /// 322-328 -> 328-334 tokens/s; greedy and the AVX-512BW kernel (bit by bit before, which
     /// on Skylake-SP beat runs by 3-6%) unchanged within the noise (2026-11-29).
     fn fill_lists(&mut self, units: usize, slots: usize) {
-        assert!(slots <= 1 << 16, "an int8 product's depth {} exceeds the planned kernels' {}", 4 * slots, 4 << 16);
+        // A count of `u16::MAX + 1` quads would not fit (k of 262144 and more: no model).
+        assert!(slots < 1 << 16, "an int8 product's depth {} exceeds the planned kernels' {}", 4 * slots, 4 * ((1 << 16) - 1));
         self.lists.resize(units * slots, 0);
+        self.counts.clear();
         self.counts.resize(units, [0; 4]);
         let words = self.layout.words;
+        if slots == 0 {
+            return;
+        }
         for ((unit, list), counts) in self.masks.chunks_exact(words).zip(self.lists.chunks_exact_mut(slots)).zip(&mut self.counts) {
             let mut n = 0;
             for (kind, count) in [Kind::Hexadecets, Kind::Octets, Kind::Quads, Kind::Exact].into_iter().zip(counts.iter_mut()) {
@@ -384,7 +388,7 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        for kp in [4, 8, 60, 256, 512, 1028, 2048] {
+        for kp in [0, 4, 8, 60, 256, 512, 1028, 2048] {
             let (steps, layout, units) = (kp / 4, MaskLayout::new(kp), 3 * UNITS);
             let mut plans = Plans { masks: vec![0; units * layout.words], compensation: vec![0; 3 * MR], layout, ..Plans::default() };
             let mut expected = vec![[const { Vec::new() }; 4]; units];
