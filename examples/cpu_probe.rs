@@ -126,7 +126,7 @@ fn main() {
     while start.elapsed().as_secs_f64() < seconds {
         let mut r = [0.0; 3];
         // Alternate the order: in a fixed order one position read up to 10% faster.
-        let order = if rounds.len() % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
+        let order = if rounds.len().is_multiple_of(2) { [0, 1, 2] } else { [2, 1, 0] };
         for p in order {
             r[p] = run(p);
         }

@@ -190,8 +190,8 @@ mod probe {
         let n = 2_000_000usize;
         // SAFETY (the asm loops below): AVX2 is checked above; they read only `x` (16 bytes),
         // `w` (512 bytes) and `o`, all inside these buffers.
-        let x = vec![1u8; 64];
-        let w = vec![3u8; 1024];
+        let x = [1u8; 64];
+        let w = [3u8; 1024];
         let o = [1i16; 16];
         let clk = time(|| {
             std::hint::black_box(add_chain(n));

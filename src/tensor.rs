@@ -27,7 +27,7 @@ impl Tensor {
     pub fn from_mapped(map: &Arc<Mmap>, offset: usize, len: usize, shape: Vec<usize>) -> Option<Tensor> {
         let end = offset.checked_add(len.checked_mul(4)?)?;
         let base = map.as_ptr() as usize;
-        if end > map.len() || (base + offset) % std::mem::align_of::<f32>() != 0 || cfg!(target_endian = "big") {
+        if end > map.len() || !(base + offset).is_multiple_of(std::mem::align_of::<f32>()) || cfg!(target_endian = "big") {
             return None;
         }
         Some(Tensor { storage: Storage::Mapped { map: Arc::clone(map), offset, len }, shape })

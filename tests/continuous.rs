@@ -151,7 +151,8 @@ fn token_events_count_each_examples_own_steps() {
     let dir = write_model_dir(&temp_dir("continuous-events"), &tiny_model_bin(13, vocab), &tiny_vocabulary(vocab));
     let model = Model::load(&dir).unwrap();
     let source: Vec<Vec<String>> = (0..120).map(|i| (0..1 + i % 17).map(|j| format!("w{}", 3 + (i + j * 7) % (vocab - 3))).collect()).collect();
-    let events: Arc<Mutex<Vec<Vec<(usize, String, bool)>>>> = Arc::new(Mutex::new(vec![Vec::new(); source.len()]));
+    type Events = Vec<Vec<(usize, String, bool)>>;
+    let events: Arc<Mutex<Events>> = Arc::new(Mutex::new(vec![Vec::new(); source.len()]));
     let sink = Arc::clone(&events);
     let on_token: tolk::TokenCallback = Arc::new(move |e: &tolk::TokenEvent| {
         sink.lock().unwrap()[e.example].push((e.step, e.token.to_string(), e.is_last));

@@ -178,7 +178,7 @@ fn very_long_inputs_are_truncated_and_unknown_tokens_map_to_unk() {
     let t = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
     let long: Vec<String> = (0..5000).map(|i| format!("w{}", 3 + i % 9)).collect();
     let opts = TranslateOptions { max_decoding_length: 5, beam_size: 1, ..Default::default() };
-    let truncated = t.translate_batch(&[long.clone()], None, &TranslateOptions { max_input_length: 100, ..opts.clone() }).unwrap();
+    let truncated = t.translate_batch(std::slice::from_ref(&long), None, &TranslateOptions { max_input_length: 100, ..opts.clone() }).unwrap();
     let same_prefix = t.translate_batch(&[long[..99].to_vec()], None, &opts).unwrap();
     assert_eq!(truncated, same_prefix, "truncation keeps the first tokens and the end token");
     let unk = t.translate_batch(&[vec!["never-seen".into()]], None, &opts).unwrap();

@@ -367,7 +367,7 @@ impl<B: Backend> Positions<B> {
                 Ok(Positions::Table { rows: t.rows(), table: w.backend().vector(t)? })
             }
             None => {
-                if dim < 4 || dim % 2 != 0 {
+                if dim < 4 || !dim.is_multiple_of(2) {
                     return Err(Error::invalid_model(format!("sinusoidal positions need an even model dimension >= 4, got {dim}")));
                 }
                 let start = w.scalar(&format!("{scope}/position_start"))?.unwrap_or(1.0);

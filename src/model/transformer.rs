@@ -66,7 +66,7 @@ fn read_activation<B: Backend>(w: &WeightReader<B>, scope: &str) -> Result<Activ
 
 fn read_stack_options<B: Backend>(w: &WeightReader<B>, scope: &str, d: usize) -> Result<StackOptions> {
     let num_heads = w.scalar(&format!("{scope}/num_heads"))?.unwrap_or(8.0);
-    if !(num_heads >= 1.0 && num_heads <= d as f64 && d % num_heads as usize == 0) {
+    if !(num_heads >= 1.0 && num_heads <= d as f64 && d.is_multiple_of(num_heads as usize)) {
         return Err(Error::invalid_model(format!("{scope}: {num_heads} attention heads do not divide the model dimension {d}")));
     }
     Ok(StackOptions {

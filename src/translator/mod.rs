@@ -94,6 +94,8 @@ impl Default for TranslateOptions {
 
 impl TranslateOptions {
     /// The checks CTranslate2 makes, with the same wording where it has one.
+    // `!(x > 0.0)` on purpose: a NaN fails it.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::invalid_argument(m));
         if self.beam_size == 0 {

@@ -33,7 +33,7 @@ pub enum Value {
 }
 
 /// Serializes variables (sorted by name) and aliases in model.bin version 6 layout.
-pub fn write_model_bin(vars: &mut Vec<(String, Value)>, aliases: &[(&str, &str)]) -> Vec<u8> {
+pub fn write_model_bin(vars: &mut [(String, Value)], aliases: &[(&str, &str)]) -> Vec<u8> {
     vars.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = Vec::new();
     let put_str = |out: &mut Vec<u8>, s: &str| {

@@ -78,7 +78,7 @@ pub(crate) fn split_panels(panels: usize, threads: usize, work: usize, run: impl
 /// example's beams, stay together). For operations whose rows depend only on their own
 /// inputs (attention's query rows), the result is the same either way.
 pub(crate) fn split_rows(out: &mut [f32], row_len: usize, threads: usize, work: usize, may_start: impl Fn(usize) -> bool, run: impl Fn(usize, &mut [f32]) + Sync) {
-    let rows = if row_len == 0 { 0 } else { out.len() / row_len };
+    let rows = out.len().checked_div(row_len).unwrap_or(0);
     let threads = threads.min(team::available());
     if threads <= 1 || work < ATTENTION_WORTH_SPLITTING || rows < 2 {
         run(0, out);

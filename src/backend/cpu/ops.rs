@@ -304,6 +304,8 @@ const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579
 /// `2^n` is 0 and so is the result.
 #[inline(always)]
 fn exp_parts(x: f32) -> (f32, f32) {
+    // Not `clamp`: a NaN comes out as EXP_HI, as from the kernels' `vminps`/`vmaxps`.
+    #[allow(clippy::manual_clamp)]
     let x = x.min(EXP_HI).max(EXP_LO);
     let fx = x.mul_add(LOG2EF, 0.5).floor();
     let x = (-fx).mul_add(EXP_C1, x);

@@ -204,7 +204,7 @@ impl Waiter {
 
     fn pause(&mut self) {
         self.rounds = self.rounds.wrapping_add(1);
-        if self.rounds % 64 == 0 {
+        if self.rounds.is_multiple_of(64) {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
@@ -311,7 +311,9 @@ mod tests {
         let caught = team.install(|| std::panic::catch_unwind(|| run_parts(2, &|i| assert!(i == 0, "part {i} fails"))));
         assert!(caught.is_err());
         let sum = AtomicU32::new(0);
-        team.install(|| run_parts(2, &|i| drop(sum.fetch_add(i as u32 + 1, Ordering::Relaxed))));
+        team.install(|| run_parts(2, &|i| {
+            sum.fetch_add(i as u32 + 1, Ordering::Relaxed);
+        }));
         assert_eq!(sum.load(Ordering::Relaxed), 3);
     }
 }

@@ -417,6 +417,46 @@ impl ModelBin {
     }
 }
 
+impl crate::format::WeightSource for ModelBin {
+    fn file_name(&self) -> &str {
+        "model.bin"
+    }
+    fn variable_names(&self) -> Vec<String> {
+        ModelBin::variable_names(self).map(str::to_string).collect()
+    }
+    fn stored_name(&self, name: &str) -> Option<String> {
+        self.resolve(name).map(|v| v.name.clone())
+    }
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.resolve(name).map(|v| v.shape.clone())
+    }
+    fn is_shared(&self, stored: &str) -> bool {
+        self.is_alias_target(stored)
+    }
+    fn tensor(&self, name: &str) -> Result<Tensor> {
+        ModelBin::tensor(self, name)
+    }
+    fn quantized(&self, name: &str) -> Result<Option<Quantized>> {
+        ModelBin::quantized(self, name)
+    }
+    fn scalar(&self, name: &str) -> Result<Option<f64>> {
+        ModelBin::scalar(self, name)
+    }
+    fn is_flag(&self, name: &str) -> bool {
+        self.dtype(name) == Some(DType::I8)
+    }
+    fn saved_precision(&self) -> SavedPrecision {
+        match self.saved_weight_type() {
+            DType::I8 => SavedPrecision::Int8,
+            DType::I16 => SavedPrecision::Int16,
+            _ => SavedPrecision::Float,
+        }
+    }
+    fn release(&self, stored: &str) {
+        self.release_variable(stored)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,45 +533,5 @@ mod tests {
         let mut bad = good;
         bad.push(0);
         assert!(parse_bytes(&bad).err().unwrap().message.contains("trailing"));
-    }
-}
-
-impl crate::format::WeightSource for ModelBin {
-    fn file_name(&self) -> &str {
-        "model.bin"
-    }
-    fn variable_names(&self) -> Vec<String> {
-        ModelBin::variable_names(self).map(str::to_string).collect()
-    }
-    fn stored_name(&self, name: &str) -> Option<String> {
-        self.resolve(name).map(|v| v.name.clone())
-    }
-    fn shape(&self, name: &str) -> Option<Vec<usize>> {
-        self.resolve(name).map(|v| v.shape.clone())
-    }
-    fn is_shared(&self, stored: &str) -> bool {
-        self.is_alias_target(stored)
-    }
-    fn tensor(&self, name: &str) -> Result<Tensor> {
-        ModelBin::tensor(self, name)
-    }
-    fn quantized(&self, name: &str) -> Result<Option<Quantized>> {
-        ModelBin::quantized(self, name)
-    }
-    fn scalar(&self, name: &str) -> Result<Option<f64>> {
-        ModelBin::scalar(self, name)
-    }
-    fn is_flag(&self, name: &str) -> bool {
-        self.dtype(name) == Some(DType::I8)
-    }
-    fn saved_precision(&self) -> SavedPrecision {
-        match self.saved_weight_type() {
-            DType::I8 => SavedPrecision::Int8,
-            DType::I16 => SavedPrecision::Int16,
-            _ => SavedPrecision::Float,
-        }
-    }
-    fn release(&self, stored: &str) {
-        self.release_variable(stored)
     }
 }

@@ -492,12 +492,15 @@ pub fn best_columns_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, m: u
 }
 
 /// Where the blocks of a product's output go.
+/// A thread's first panel and each row's best `(column, value)` over its panels.
+type BestOfPanels = (usize, Vec<(usize, f32)>);
+
 enum Output<'a> {
     /// Into `y` (`[m, n]`).
     Rows(OutPtr),
     /// Into a scratch block per thread, each row then reduced to its best column: each
     /// thread adds `(first panel, best (column, value) per row)` to `found`.
-    Best { disabled: &'a [&'a [u32]], found: &'a Mutex<Vec<(usize, Vec<(usize, f32)>)>> },
+    Best { disabled: &'a [&'a [u32]], found: &'a Mutex<Vec<BestOfPanels>> },
 }
 
 fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, out: Output, m: usize, threads: usize) {
