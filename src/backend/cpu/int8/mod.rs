@@ -491,10 +491,10 @@ pub fn best_columns_i8(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, m: u
     best
 }
 
-/// Where the blocks of a product's output go.
 /// A thread's first panel and each row's best `(column, value)` over its panels.
 type BestOfPanels = (usize, Vec<(usize, f32)>);
 
+/// Where the blocks of a product's output go.
 enum Output<'a> {
     /// Into `y` (`[m, n]`).
     Rows(OutPtr),
@@ -514,8 +514,13 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
         }
         return;
     }
-    let isa = isa::current();
     let intgemm = w.emulates_intgemm().is_some();
+    let isa = match isa::current() {
+        // A product deeper than a plan can index (no model's) takes the scalar kernel.
+        #[cfg(target_arch = "x86_64")]
+        isa if is_planned(isa, intgemm) && !plan::fits(w.kp) => Isa::Scalar,
+        isa => isa,
+    };
     let shifted = intgemm || matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni);
     ACTIVATIONS.with(|a| {
         let mut a = a.borrow_mut();
@@ -1072,6 +1077,24 @@ mod tests {
                     assert!(shares[1..].iter().all(|&v| v > 0), "{isa:?} {m}x{n}x{k}: {shares:?}");
                 }
             }
+        }
+    }
+
+    /// A product deeper than a plan can index takes the scalar kernel, exactly.
+    #[test]
+    fn products_too_deep_to_plan_stay_exact() {
+        let (m, n, k) = (3, 2, 4 * (u16::MAX as usize + 1));
+        assert!(!plan::fits(k));
+        let mut seed = 11;
+        let x: Vec<f32> = (0..m * k).map(|i| lcg(&mut seed) * if i % 97 == 0 { 8.0 } else { 0.2 }).collect();
+        let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
+        let bias = vec![0.5, -0.25];
+        let packed = PackedI8Matrix::quantize(&w, n, k);
+        let expected = reference(&x, &w, &bias, m, n, k);
+        for level in isa::available() {
+            let mut y = vec![f32::NAN; m * n];
+            isa::with_isa(level, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, 1));
+            assert_eq!(y, expected, "{level:?}");
         }
     }
 

@@ -138,8 +138,16 @@ pub(super) struct Plans {
     /// steps' (together at most `kp / 4`), the unit's share of each in `counts`.
     lists: Vec<u16>,
     counts: Vec<[u16; 4]>,
+    /// Slots per unit in `lists` (`kp / 4`).
+    slots: usize,
     compensation: Vec<i32>,
     layout: MaskLayout,
+}
+
+/// Whether a product of depth `kp` (a multiple of 4) can be planned: its step indices and
+/// a kind's count of steps (all of them quads, at most) fit a `u16`.
+pub(super) fn fits(kp: usize) -> bool {
+    kp / 4 <= u16::MAX as usize
 }
 
 /// The plan of one group of `MR` rows, as the kernel reads it.
@@ -198,8 +206,8 @@ impl Plans {
     /// 322-328 -> 328-334 tokens/s; greedy and the AVX-512BW kernel (bit by bit before, which
     /// on Skylake-SP beat runs by 3-6%) unchanged within the noise (2026-11-29).
     fn fill_lists(&mut self, units: usize, slots: usize) {
-        // A count of `u16::MAX + 1` quads would not fit (k of 262144 and more: no model).
-        assert!(slots < 1 << 16, "an int8 product's depth {} exceeds the planned kernels' {}", 4 * slots, 4 * ((1 << 16) - 1));
+        assert!(fits(4 * slots), "an int8 product's depth {} exceeds the planned kernels' {}", 4 * slots, 4 * (u16::MAX as usize));
+        self.slots = slots;
         self.lists.resize(units * slots, 0);
         self.counts.clear();
         self.counts.resize(units, [0; 4]);
@@ -221,7 +229,7 @@ impl Plans {
     }
 
     pub(super) fn group(&self, g: usize) -> GroupPlan<'_> {
-        let slots = self.lists.len() / self.counts.len().max(1);
+        let slots = self.slots;
         GroupPlan {
             lists: &self.lists[g * UNITS * slots..(g + 1) * UNITS * slots],
             counts: &self.counts[g * UNITS..(g + 1) * UNITS],
@@ -371,14 +379,14 @@ impl GroupPlanner<'_> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// The lists hold each unit's steps of each kind, ascending, for any partition of the k
     /// steps into kinds (the planner's masks): depths that end inside a word, on a word's
-    /// last bit and past the first word; several groups of units.
+    /// last bit and past the first word; several groups of units; one `Plans` reused by
+    /// deeper and shallower products in turn.
     #[test]
     fn step_lists_follow_the_masks() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -388,9 +396,10 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        for kp in [0, 4, 8, 60, 256, 512, 1028, 2048] {
+        let mut plans = Plans::default();
+        for kp in [2048, 0, 60, 512, 4, 1028, 8, 256] {
             let (steps, layout, units) = (kp / 4, MaskLayout::new(kp), 3 * UNITS);
-            let mut plans = Plans { masks: vec![0; units * layout.words], compensation: vec![0; 3 * MR], layout, ..Plans::default() };
+            (plans.masks, plans.compensation, plans.layout) = (vec![0; units * layout.words], vec![0; 3 * MR], layout);
             let mut expected = vec![[const { Vec::new() }; 4]; units];
             for (u, lists) in expected.iter_mut().enumerate() {
                 let mut g = 0;
