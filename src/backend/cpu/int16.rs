@@ -59,7 +59,7 @@ impl PackedI16Matrix {
         assert_eq!(q.len(), n * k, "PackedI16Matrix::from_quantized: size mismatch");
         let pairs = k.div_ceil(2);
         let panel_len = pairs * NR * 2;
-        let mut data = vec![0i16; n.div_ceil(NR) * panel_len + 32];
+        let mut data = super::huge_pages::filled_buffer(n.div_ceil(NR) * panel_len + 32, 0i16);
         let start = data.as_ptr().align_offset(64).min(31);
         for c in 0..n {
             let (p, lane) = (c / NR, c % NR);

@@ -6,6 +6,7 @@
 //! example (`memory_kv`) and the compact forms attention keys and values can be kept in
 //! (`kv_storage`).
 pub mod attention;
+pub mod huge_pages;
 pub mod backend;
 pub mod int16;
 pub mod int8;
