@@ -698,12 +698,14 @@ mod x86 {
     use super::{TileOut, MR, NR};
     use std::arch::x86_64::*;
 
-    /// Issues the lines of `TileOut::prefetch` into L2, spread evenly over the tile's k steps
-    /// (Bresenham: line `i` at step `i * steps / lines`), several a step where the share
-    /// outnumbers the steps. It had issued one line every `ceil(steps / lines)` steps, at
-    /// most one a step: at 16 rows a lone prefetching group fetched 1/4 of its share, and 63
-    /// lines in 64 steps came out as 32 (gemm_bench AVX2 32 x 65000 x 512 191-195 -> 207
-    /// GOP/s).
+    /// Issues the lines of `TileOut::prefetch` into L2 from the tile's first k steps on, at
+    /// least two lines a step and spread evenly (Bresenham: line `i` at step `i * steps /
+    /// lines`) when the share outnumbers the steps. It had issued one line every
+    /// `ceil(steps / lines)` steps, at most one a step: at 16 rows a lone prefetching group
+    /// fetched 1/4 of its share, and 63 lines in 64 steps came out as 32. Two a step beat
+    /// one (gemm_bench AVX2 32 x 65000 x 512, 85 lines in 64 steps: 197 -> 210 GOP/s);
+    /// more than the share needs did not (4 a step at 8 and 16 rows: equal or slower), nor
+    /// did spreading the share over every unit of the tile (8-15% slower).
     pub(super) struct Prefetcher {
         ptr: *const u8,
         lines: usize,
