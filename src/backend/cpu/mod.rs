@@ -3,11 +3,11 @@
 //! load in float32 (`packed`), int8 (`int8`) and int16 (`int16`), the element-wise and
 //! row-wise operations of a Transformer (`ops`), multi-head attention (`attention`), the
 //! decoder's paged self-attention cache (`kv_cache`), its cross-attention keys and values per
-//! example (`memory_kv`) and the compact forms attention keys and values can be kept in
-//! (`kv_storage`).
+//! example (`memory_kv`), the compact forms attention keys and values can be kept in
+//! (`kv_storage`), and the huge pages the packed weights are allocated in (`huge_pages`).
 pub mod attention;
-pub mod huge_pages;
 pub mod backend;
+pub mod huge_pages;
 pub mod int16;
 pub mod int8;
 pub mod isa;
