@@ -88,29 +88,6 @@ impl Isa {
     }
 }
 
-/// Whether this is an AMD core of family 0x19 (Zen 3 and Zen 4), from CPUID: their 256-bit
-/// integer units favour other int8 schemes than Intel's cores and Zen 5 (see
-/// `int8::plan::hexadecets_pay_off`).
-pub fn is_amd_family_19h() -> bool {
-    static ZEN34: OnceLock<bool> = OnceLock::new();
-    *ZEN34.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::__cpuid;
-            // CPUID leaves 0 (vendor) and 1 (family) exist on every x86-64 CPU.
-            let (vendor, signature) = (__cpuid(0), __cpuid(1).eax);
-            let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "AuthenticAMD"
-            let base = (signature >> 8) & 0xf;
-            let family = if base == 0xf { base + ((signature >> 20) & 0xff) } else { base };
-            amd && family == 0x19
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
-}
-
 /// The best ISA this CPU supports.
 pub fn detected() -> Isa {
     static DETECTED: OnceLock<Isa> = OnceLock::new();

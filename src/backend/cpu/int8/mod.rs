@@ -1087,8 +1087,8 @@ mod tests {
             let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
             let packed = PackedI8Matrix::quantize(&w, n, k);
             let expected = reference(&x, &w, &bias, m, n, k);
-            // The AVX2 kernel with and without hexadecets (which one a CPU takes depends on
-            // the core: plan::hexadecets_pay_off), then the AVX-512BW one.
+            // The AVX2 kernel with and without hexadecets (octets by default, hexadecets on
+            // request: plan::hexadecets_pay_off), then the AVX-512BW one.
             let runs = planned.iter().flat_map(|&i| if i == Isa::Avx2 { vec![(i, true), (i, false)] } else { vec![(i, true)] });
             for (isa, hexadecets) in runs {
                 for threads in [1, 2] {

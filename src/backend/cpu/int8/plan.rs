@@ -14,8 +14,8 @@
 //! kernel takes each k step: `hexadecets` (16 k: four `vpmaddubsw` summed in int16, one
 //! `vpmaddwd`; pairs of rows only),
 //! `octets` (8 k: two and one), `quads` (4 k: one of each) or `exact` (4 k through the sign
-//! trick; `hexadecets_pay_off` says on which cores the 256-bit kernel takes hexadecets).
-//! On the zh-en model about 70% of the products take hexadecets and 1% the sign
+//! trick; `hexadecets_pay_off` says why the 256-bit kernel takes octets at most by default).
+//! On the zh-en model about 70% of the products fit hexadecets and 1% take the sign
 //! trick. Integer sums are exact in any order, so the result is the reference's bit for
 //! bit; the shift adds `128 Σ x` over the shifted steps, which the unit subtracts before
 //! the epilogue. (Octets cost 1.5 multiply instructions per 32 products, against 3 for the
@@ -55,19 +55,18 @@ thread_local! {
 
 /// Whether the kernel of `isa` takes hexadecets. The 512-bit kernel always does (32
 /// registers hold a pair of rows' hexadecets over a whole panel). The 256-bit one needs 17
-/// registers of 16 for them and spills; whether that beats octets depends on the core:
-/// on an AVX2-only AMD EPYC (Zen 3, 2026-11-27) octets alone were faster (gemm_bench
-/// best of 6, int8 GOP/s: 32x65000x512 119 vs 102, 128x2048x512 141 vs 134, 128x512x2048
-/// 149 vs 140; zh-en int8 greedy 3-4% and beam 4 5-10% faster end to end), while on the
-/// AVX-512 cores the AVX2 path was measured on when forced down to it (Zen 5, Sapphire
-/// Rapids) hexadecets won. An AVX-512 core without VNNI (Skylake-SP, 2026-11-28) sided
-/// with Zen 3: octets 4-5% faster at int8 beam 4 forced to AVX2 (132-134 against 128
-/// tokens/s, alternating runs), and so did Zen 4 (AVX-512 VNNI on 256-bit units, AMD family
-/// 19h like Zen 3; 2026-11-29, forced to AVX2: gemm_bench 32x65000x512 191-200 vs 169-173
-/// GOP/s, 128x512x2048 229 vs 210; 250 verses, alternating: greedy 858-886 vs 802-819
-/// tokens/s, beam 4 325-335 vs 310-317). So hexadecets are taken at AVX2 only on a CPU with
-/// AVX-512 VNNI that is not AMD family 19h. `TOLK_INT8_HEXADECETS=0|1` overrides this, to
-/// measure a new core.
+/// registers of 16 for them and spills, and with today's kernel (step lists, prefetcher,
+/// weights in huge pages) octets alone are faster on every core it was measured on: an
+/// AVX2-only AMD EPYC (Zen 3, 2026-11-27: gemm_bench int8 GOP/s 32x65000x512 119 vs 102,
+/// 128x512x2048 149 vs 140; zh-en int8 beam 4 5-10% faster end to end), a Skylake-SP
+/// forced to AVX2 (2026-11-28: int8 beam 4 132-134 vs 128 tokens/s), a Zen 4 forced to
+/// AVX2 (2026-11-29: 32x65000x512 191-200 vs 169-173; greedy 858-886 vs 802-819 tokens/s)
+/// and a Zen 5 (AMD family 1Ah) forced to AVX2 (2026-12-01, alternating pairs: gemm_bench
+/// 32x65000x512 241-252 vs 214-224, 128x65000x512 263-281 vs 222-245, 128x512x2048
+/// 235-280 vs 222-236; zh-en int8 greedy 1167-1196 vs 1039-1059 tokens/s, beam 4 375-434
+/// vs 363-379). Only Sapphire Rapids and an earlier Zen 5 favoured hexadecets, measured
+/// with the older kernel (2026-11-21/25). So the 256-bit kernel takes octets by default;
+/// `TOLK_INT8_HEXADECETS=1` turns hexadecets on (`=0` off), to measure a new core.
 /// (The spill is not what holds them back on Zen 3: written in assembly within the 16
 /// registers, a pair's hexadecets ran at 181 GOP/s against octets' 150 in a loop over L1
 /// with every step planned alike, yet a whole tile with a real plan, 83% hexadecets, ran
@@ -75,13 +74,9 @@ thread_local! {
 pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
     static AVX2: OnceLock<bool> = OnceLock::new();
     match isa {
-        Isa::Avx2 => AVX2_HEXADECETS.with(Cell::get).unwrap_or_else(|| {
-            *AVX2.get_or_init(|| match std::env::var("TOLK_INT8_HEXADECETS").as_deref() {
-                Ok("0") => false,
-                Ok("1") => true,
-                _ => Isa::Avx512Vnni.is_supported() && !crate::backend::cpu::isa::is_amd_family_19h(),
-            })
-        }),
+        Isa::Avx2 => AVX2_HEXADECETS
+            .with(Cell::get)
+            .unwrap_or_else(|| *AVX2.get_or_init(|| std::env::var("TOLK_INT8_HEXADECETS").as_deref() == Ok("1"))),
         _ => true,
     }
 }
