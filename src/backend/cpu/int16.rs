@@ -59,8 +59,7 @@ impl PackedI16Matrix {
         assert_eq!(q.len(), n * k, "PackedI16Matrix::from_quantized: size mismatch");
         let pairs = k.div_ceil(2);
         let panel_len = pairs * NR * 2;
-        let mut data = super::huge_pages::filled_buffer(n.div_ceil(NR) * panel_len + 32, 0i16);
-        let start = data.as_ptr().align_offset(64).min(31);
+        let (mut data, start) = super::huge_pages::aligned_buffer(n.div_ceil(NR) * panel_len, 0i16);
         for c in 0..n {
             let (p, lane) = (c / NR, c % NR);
             let panel = &mut data[start + p * panel_len..start + (p + 1) * panel_len];

@@ -36,8 +36,7 @@ impl PackedMatrix {
     pub fn pack(w: &[f32], n: usize, k: usize) -> PackedMatrix {
         assert_eq!(w.len(), n * k, "PackedMatrix::pack: size mismatch");
         let panels = n.div_ceil(NR);
-        let mut data = super::huge_pages::filled_buffer(panels * k * NR + 16, 0.0f32);
-        let start = data.as_ptr().align_offset(64).min(15);
+        let (mut data, start) = super::huge_pages::aligned_buffer(panels * k * NR, 0.0f32);
         for p in 0..panels {
             let panel = &mut data[start + p * k * NR..start + (p + 1) * k * NR];
             for c in 0..NR.min(n - p * NR) {

@@ -131,8 +131,7 @@ impl PackedI8Matrix {
         let kp = k.div_ceil(4) * 4;
         let panels = n.div_ceil(NR);
         // Padding (k past the end, columns past n) holds zero weights.
-        let mut data = super::huge_pages::filled_buffer(panels * kp * NR + 64, WEIGHT_FLIP);
-        let start = data.as_ptr().align_offset(64).min(63);
+        let (mut data, start) = super::huge_pages::aligned_buffer(panels * kp * NR, WEIGHT_FLIP);
         let mut compensation = vec![0i32; panels * NR];
         for c in 0..n {
             let (p, lane) = (c / NR, c % NR);
@@ -178,8 +177,7 @@ impl PackedI8Matrix {
     pub fn gather_rows(&self, ids: &[u32]) -> PackedI8Matrix {
         let (n, kp) = (ids.len(), self.kp);
         let panels = n.div_ceil(NR);
-        let mut data = super::huge_pages::filled_buffer(panels * kp * NR + 64, WEIGHT_FLIP);
-        let start = data.as_ptr().align_offset(64).min(63);
+        let (mut data, start) = super::huge_pages::aligned_buffer(panels * kp * NR, WEIGHT_FLIP);
         let mut compensation = vec![0i32; panels * NR];
         for (c, &id) in ids.iter().enumerate() {
             let id = id as usize;
