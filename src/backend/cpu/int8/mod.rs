@@ -257,13 +257,16 @@ fn is_planned(isa: Isa, intgemm: bool) -> bool {
 }
 
 /// Activations quantized per row, interleaved by groups of `MR` rows (`[k/4][MR][4]` bytes
-/// per group), shifted to u8 for the VNNI kernels. Rows past `m` in the last group are
-/// stale and never stored.
+/// per group), shifted to u8 for the AVX-512 VNNI kernel. Rows past `m` in the last group
+/// are stale and never stored.
 #[derive(Default)]
 struct QuantizedRows {
     data: Vec<u8>,
     /// `1 / scale_x` per row.
     inv_scales: Vec<f32>,
+    /// `128 Σ x` per row, for the AVX-VNNI kernel (filled by `fill_row_shifts`), which
+    /// multiplies the stored `w + 128` by signed `x`.
+    row_shifts: Vec<i32>,
     kp: usize,
     /// Which kernel the AVX2 product runs on each k step (filled in `fill_companion`).
     #[cfg(target_arch = "x86_64")]
@@ -307,6 +310,24 @@ impl QuantizedRows {
                 };
             }
         });
+    }
+
+    /// `128 Σ x` of each row of the `m` rows' groups (signed bytes), into `row_shifts`.
+    fn fill_row_shifts(&mut self, m: usize) {
+        let groups = m.div_ceil(MR);
+        self.row_shifts.clear();
+        self.row_shifts.resize(groups * MR, 0);
+        for (g, shifts) in self.row_shifts.chunks_exact_mut(MR).enumerate() {
+            let mut sums = [0i32; MR];
+            for step in self.data[g * self.kp * MR..(g + 1) * self.kp * MR].chunks_exact(4 * MR) {
+                for (sum, x) in sums.iter_mut().zip(step.chunks_exact(4)) {
+                    *sum += x.iter().map(|&v| v as i8 as i32).sum::<i32>();
+                }
+            }
+            for (shift, sum) in shifts.iter_mut().zip(sums) {
+                *shift = SHIFT * sum;
+            }
+        }
     }
 
     /// Plans the product of the `m` rows of `data` for `isa`'s kernel (`plan`): which
@@ -519,10 +540,15 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
         isa if is_planned(isa, intgemm) && !plan::fits(w.kp) => Isa::Scalar,
         isa => isa,
     };
-    let shifted = intgemm || matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni);
+    // The AVX-512 VNNI kernel reads `x + 128` against signed weights; AVX-VNNI reads signed
+    // `x` against the stored `w + 128` (see `x86::vnni256`).
+    let shifted = intgemm || isa == Isa::Avx512Vnni;
     ACTIVATIONS.with(|a| {
         let mut a = a.borrow_mut();
         a.fill(x, m, k, shifted, w.activation_scale, intgemm, threads);
+        if isa == Isa::AvxVnni && !intgemm {
+            a.fill_row_shifts(m);
+        }
         #[cfg(target_arch = "x86_64")]
         if is_planned(isa, intgemm) {
             a.plan(m, isa);
@@ -622,7 +648,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                             #[cfg(target_arch = "x86_64")]
                             Isa::Avx512Bw => avx512bw::tile(ag, &a.plans.group(g), panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::AvxVnni => x86::tile_avx_vnni(ag, panel, a.kp, &t),
+                            Isa::AvxVnni => x86::tile_avx_vnni(ag, &a.row_shifts[g * MR..(g + 1) * MR], panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
                             Isa::Avx2 => avx2::tile(ag, &a.plans.group(g), panel, a.kp, &t),
                             _ => tile_scalar(ag, panel, a.kp, shifted, &t),
@@ -909,31 +935,49 @@ mod x86 {
         }
     }
 
-    /// AVX-VNNI (256-bit): rows two at a time x 32 columns (4 ymm per row).
+    /// AVX-VNNI (256-bit): rows three at a time x 32 columns (4 ymm per row), the rest two
+    /// or one. `vpdpbusd` multiplies the stored `w + 128` (its unsigned operand) by signed
+    /// `x`, so the weights need no flip; `row_shifts` holds each row's `128 Σ x`, taken off
+    /// before the epilogue. Three rows make 12 independent sums against two rows' 8:
+    /// `vpdpbusd` takes 4 cycles and 2 issue a cycle, so 8 chains reach 93% of its peak and
+    /// 12 all of it (Zen 5, 2026-12-01); 12 sums, 3 broadcasts and one weight register are
+    /// the 16 registers, which the flip's constant no longer needs.
     #[target_feature(enable = "avx2,fma,avxvnni")]
-    pub unsafe fn tile_avx_vnni(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_row_pairs!(vnni256; t, |r| (a, r, panel, kp, t))
+    pub unsafe fn tile_avx_vnni(a: &[u8], row_shifts: &[i32], panel: &[u8], kp: usize, t: &TileOut) {
+        let mut r = 0;
+        while r < t.rows {
+            match t.rows - r {
+                1 => vnni256::<1>(a, row_shifts, r, panel, kp, t),
+                2 => vnni256::<2>(a, row_shifts, r, panel, kp, t),
+                _ => vnni256::<3>(a, row_shifts, r, panel, kp, t),
+            }
+            r += 3;
+        }
     }
 
     #[inline]
     #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,avxvnni")]
-    unsafe fn vnni256<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
+    unsafe fn vnni256<const R: usize>(a: &[u8], row_shifts: &[i32], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
         let (a, w) = (a.as_ptr(), panel.as_ptr());
         let mut s = [[_mm256_setzero_si256(); 4]; R];
         let mut pf = Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 4);
         for g in 0..kp / 4 {
             pf.step();
-            let wv = [0, 1, 2, 3].map(|j| signed256(w.add(g * NR * 4 + 32 * j)));
+            let mut xv = [_mm256_setzero_si256(); R];
             for r in 0..R {
-                let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
-                for j in 0..4 {
-                    s[r][j] = _mm256_dpbusd_avx_epi32(s[r][j], xv, wv[j]);
+                xv[r] = _mm256_set1_epi32(x4(a, g, r0 + r));
+            }
+            for j in 0..4 {
+                let wj = _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _);
+                for r in 0..R {
+                    s[r][j] = _mm256_dpbusd_avx_epi32(s[r][j], wj, xv[r]);
                 }
             }
         }
         for r in 0..R {
-            store256(t, r0 + r, s[r]);
+            let shift = _mm256_set1_epi32(row_shifts[r0 + r]);
+            store256(t, r0 + r, s[r].map(|v| _mm256_sub_epi32(v, shift)));
         }
     }
 }
