@@ -10,9 +10,10 @@
 //! four: `[k/4][32][4]` bytes, the operand layout of `vpdpbusd` (u8 x s8 -> s32, four
 //! products per 32-bit lane). A byte holds `w + 128` (`w ^ 0x80`), the unsigned form the
 //! planned kernels multiply; the other kernels flip it back with one `vpxor` per
-//! weight register, shared by all the rows of a tile. The VNNI kernels need an unsigned
-//! left operand, so they read `x + 128` and subtract the per-column compensation
-//! `128 * Σk w` precomputed at packing.
+//! weight register, shared by all the rows of a tile. `vpdpbusd` needs one unsigned
+//! operand: the AVX-512 VNNI kernel reads `x + 128` against the signed weights and
+//! subtracts the per-column compensation `128 * Σk w` precomputed at packing; the AVX-VNNI
+//! kernel reads the stored `w + 128` against signed `x` and subtracts each row's `128 Σ x`.
 //! Without VNNI, `vpmaddubsw` would saturate its 16-bit pair sums on `x + 128`, so the
 //! AVX2 and AVX-512BW kernels plan each product (`plan`): k steps whose `|x|` are small
 //! enough multiply `w + 128` by signed `x`, summing up to four `vpmaddubsw` in int16, and
