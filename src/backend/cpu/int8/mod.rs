@@ -325,8 +325,10 @@ impl QuantizedRows {
                     *sum += x.iter().map(|&v| v as i8 as i32).sum::<i32>();
                 }
             }
+            // Wrapping, as the kernel's int32 sums do: the difference it takes is exact
+            // modulo 2^32, and the true product fits.
             for (shift, sum) in shifts.iter_mut().zip(sums) {
-                *shift = SHIFT * sum;
+                *shift = sum.wrapping_mul(SHIFT);
             }
         }
     }

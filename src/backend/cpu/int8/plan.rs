@@ -70,7 +70,9 @@ thread_local! {
 /// (The spill is not what holds them back on Zen 3: written in assembly within the 16
 /// registers, a pair's hexadecets ran at 181 GOP/s against octets' 150 in a loop over L1
 /// with every step planned alike, yet a whole tile with a real plan, 83% hexadecets, ran
-/// no faster than octets alone, and larger products ran slower; 2026-11-27.)
+/// no faster than octets alone, and larger products ran slower; 2026-11-27. On the Zen 5,
+/// hexadecets rewritten to need 14 registers and no spill were slower still than octets on
+/// every shape: bench/RESULTS.md, 2026-12-01.)
 pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
     static AVX2: OnceLock<bool> = OnceLock::new();
     match isa {
