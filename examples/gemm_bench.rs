@@ -1,17 +1,30 @@
 //! Micro-benchmark of the packed matrix kernels against the core's peak:
-//! `cargo run --release --example gemm_bench [-- --isa avx512vnni --shape 128,65000,512]`.
+//! `cargo run --release --example gemm_bench [-- --isa avx512vnni --shape 128,65000,512 --cold]`.
 //!
 //! For every ISA level this CPU supports, it first measures the peak of the level's
 //! multiply-accumulate instruction (independent accumulators in registers: FMA for float32,
 //! `vpdpbusd` or `vpmaddubsw`+`vpmaddwd` for int8, `vpmaddwd`/`vpdpwssd` for int16), then
 //! the products `y = x · Wᵀ` of decoder-like shapes, whole (quantization of `x` and
 //! dequantization of `y` included), in GOP/s and as a share of that peak.
+//!
+//! `--cold` adds a second line per shape with the weights read from memory, as a decoding
+//! step finds them (the step's 55 MB of int8 weights outgrow the caches): each product
+//! takes the next of enough copies of the weights to fill 256 MiB, more than any L3.
 use std::time::Instant;
 use tolk::backend::cpu::isa::{self, Isa};
 use tolk::backend::cpu::{int16, int8, packed};
 
 const SHAPES: [(usize, usize, usize); 6] =
     [(1, 65000, 512), (32, 65000, 512), (128, 65000, 512), (128, 2048, 512), (128, 512, 2048), (1024, 2048, 512)];
+
+/// What the copies of a shape's weights fill with `--cold`, per kind.
+const COLD_BYTES: usize = 256 << 20;
+
+/// `*i`, then `*i + 1` into `i`.
+fn post(i: &mut usize) -> usize {
+    *i += 1;
+    *i - 1
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -27,6 +40,7 @@ fn main() {
         }
         None => SHAPES.to_vec(),
     };
+    let cold = args.iter().any(|a| a == "--cold");
     println!("{:>10}  {:>26}  {:>22}  {:>22}  {:>22}", "isa", "shape m x n x k", "float32 GOP/s (%peak)", "int8 GOP/s (%peak)", "int16 GOP/s (%peak)");
     for &level in &isas {
         let peak = peak::measure(level);
@@ -45,9 +59,11 @@ fn main() {
             // kernel's plan relies on; uniform values would all take its exact path).
             let x: Vec<f32> = (0..m * k).map(|i| (((i * 7919) % 13) as f32 * 0.1 - 0.6) * if i % k % 64 == 7 { 4.0 } else { 1.0 }).collect();
             let w: Vec<f32> = (0..n * k).map(|i| ((i * 104729) % 11) as f32 * 0.05 - 0.25).collect();
-            let pf = packed::PackedMatrix::pack(&w, n, k);
-            let p8 = int8::PackedI8Matrix::quantize(&w, n, k);
-            let p16 = int16::PackedI16Matrix::quantize(&w, n, k);
+            // Each kind's copies (one unless `--cold`), used in turn.
+            let copies = |bytes: usize| if cold { (COLD_BYTES / (n * k * bytes).max(1)).max(2) } else { 1 };
+            let pf: Vec<_> = (0..copies(4)).map(|_| packed::PackedMatrix::pack(&w, n, k)).collect();
+            let p8: Vec<_> = (0..copies(1)).map(|_| int8::PackedI8Matrix::quantize(&w, n, k)).collect();
+            let p16: Vec<_> = (0..copies(2)).map(|_| int16::PackedI16Matrix::quantize(&w, n, k)).collect();
             let mut y = vec![0.0f32; m * n];
             let ops = 2.0 * (m * n * k) as f64;
             let reps = (3e9 / ops).ceil() as usize;
@@ -57,21 +73,26 @@ fn main() {
                 isa::with_isa(level, || (0..reps).for_each(|_| f()));
                 ops * reps as f64 / t.elapsed().as_secs_f64() / 1e9
             };
-            let f = rate(&mut || packed::matmul_packed(&x, &pf, None, &mut y, m, 1));
-            let q8 = rate(&mut || int8::matmul_i8(&x, &p8, None, &mut y, m, 1));
-            let q16 = rate(&mut || int16::matmul_i16(&x, &p16, None, &mut y, m, 1));
             let share = |rate: f64, peak: f64| if peak.is_nan() { "      ".to_string() } else { format!("({:>3.0}%)", 100.0 * rate / peak) };
-            println!(
-                "{:>10}  {:>26}  {:>14.1} {}  {:>14.1} {}  {:>14.1} {}",
-                level.name(),
-                format!("{m} x {n} x {k}"),
-                f,
-                share(f, peak.f32),
-                q8,
-                share(q8, peak.i8),
-                q16,
-                share(q16, peak.i16)
-            );
+            // The first copy again and again (in cache where it fits), then every copy in turn.
+            for turn in if cold { 0..2 } else { 0..1 } {
+                let pick = |i: usize, len: usize| if turn == 0 { 0 } else { i % len };
+                let (mut i, mut j, mut l) = (0, 0, 0);
+                let f = rate(&mut || packed::matmul_packed(&x, &pf[pick(post(&mut i), pf.len())], None, &mut y, m, 1));
+                let q8 = rate(&mut || int8::matmul_i8(&x, &p8[pick(post(&mut j), p8.len())], None, &mut y, m, 1));
+                let q16 = rate(&mut || int16::matmul_i16(&x, &p16[pick(post(&mut l), p16.len())], None, &mut y, m, 1));
+                println!(
+                    "{:>10}  {:>26}  {:>14.1} {}  {:>14.1} {}  {:>14.1} {}",
+                    level.name(),
+                    format!("{m} x {n} x {k}{}", if turn == 1 { " cold" } else { "" }),
+                    f,
+                    share(f, peak.f32),
+                    q8,
+                    share(q8, peak.i8),
+                    q16,
+                    share(q16, peak.i16)
+                );
+            }
         }
     }
 }
