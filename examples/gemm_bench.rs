@@ -20,12 +20,6 @@ const SHAPES: [(usize, usize, usize); 6] =
 /// What the copies of a shape's weights fill with `--cold`, per kind.
 const COLD_BYTES: usize = 256 << 20;
 
-/// `*i`, then `*i + 1` into `i`.
-fn post(i: &mut usize) -> usize {
-    *i += 1;
-    *i - 1
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -74,17 +68,26 @@ fn main() {
                 ops * reps as f64 / t.elapsed().as_secs_f64() / 1e9
             };
             let share = |rate: f64, peak: f64| if peak.is_nan() { "      ".to_string() } else { format!("({:>3.0}%)", 100.0 * rate / peak) };
-            // The first copy again and again (in cache where it fits), then every copy in turn.
-            for turn in if cold { 0..2 } else { 0..1 } {
-                let pick = |i: usize, len: usize| if turn == 0 { 0 } else { i % len };
-                let (mut i, mut j, mut l) = (0, 0, 0);
-                let f = rate(&mut || packed::matmul_packed(&x, &pf[pick(post(&mut i), pf.len())], None, &mut y, m, 1));
-                let q8 = rate(&mut || int8::matmul_i8(&x, &p8[pick(post(&mut j), p8.len())], None, &mut y, m, 1));
-                let q16 = rate(&mut || int16::matmul_i16(&x, &p16[pick(post(&mut l), p16.len())], None, &mut y, m, 1));
+            // Turn 0 multiplies the first copy again and again (in cache where it fits), turn 1
+            // each copy after the other (`step`: how far each product moves on).
+            for step in if cold { 0..2 } else { 0..1 } {
+                let (mut a, mut b, mut c) = (0, 0, 0);
+                let f = rate(&mut || {
+                    a += step;
+                    packed::matmul_packed(&x, &pf[a % pf.len()], None, &mut y, m, 1)
+                });
+                let q8 = rate(&mut || {
+                    b += step;
+                    int8::matmul_i8(&x, &p8[b % p8.len()], None, &mut y, m, 1)
+                });
+                let q16 = rate(&mut || {
+                    c += step;
+                    int16::matmul_i16(&x, &p16[c % p16.len()], None, &mut y, m, 1)
+                });
                 println!(
                     "{:>10}  {:>26}  {:>14.1} {}  {:>14.1} {}  {:>14.1} {}",
                     level.name(),
-                    format!("{m} x {n} x {k}{}", if turn == 1 { " cold" } else { "" }),
+                    format!("{m} x {n} x {k}{}", if step == 1 { " cold" } else { "" }),
                     f,
                     share(f, peak.f32),
                     q8,
