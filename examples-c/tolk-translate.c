@@ -80,6 +80,12 @@ static void usage(FILE *out) {
             "  --intra-threads N        threads per batch (default 1)\n"
             "  --max-decoding-length N  most tokens generated per sentence (default 256)\n"
             "  --length-penalty F       scores are divided by length^F (default 1)\n"
+            "  --repetition-penalty F   logits of tokens a hypothesis already holds are\n"
+            "                           divided by F (multiplied where negative): F > 1\n"
+            "                           discourages repeats (default 1 = off)\n"
+            "  --no-repeat-ngram-size N a hypothesis never repeats an N-gram (default 0 = off)\n"
+            "  --replace-unknowns       an unknown token in a translation becomes the source\n"
+            "                           token it attends to most (CPU)\n"
             "  --no-shortlist           score the whole vocabulary even when the model\n"
             "                           package has a lexical shortlist\n"
             "  --scores                 prefix each line with its score and \" ||| \"\n"
@@ -94,7 +100,7 @@ static void usage(FILE *out) {
 typedef struct {
     const char *model_dir;
     const char *input, *output; /* "-" = stdin / stdout */
-    bool tokens_mode, scores, verbose, progress, no_shortlist;
+    bool tokens_mode, scores, verbose, progress, no_shortlist, replace_unknowns;
     /* Which translate options the command line set; the others take the model's defaults. */
     bool set_beam, set_batch, set_length_penalty;
     TolkModelOptions model;
@@ -144,6 +150,10 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             cli->no_shortlist = true;
             continue;
         }
+        if (!strcmp(a, "--replace-unknowns")) {
+            cli->replace_unknowns = true;
+            continue;
+        }
         cli->set_beam |= !strcmp(a, "--beam");
         cli->set_batch |= !strcmp(a, "--max-batch-size");
         cli->set_length_penalty |= !strcmp(a, "--length-penalty");
@@ -159,8 +169,9 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         else if (!strcmp(a, "--max-decoding-length")) number = &cli->translate.max_decoding_length;
         else if (!strcmp(a, "--max-sentence-tokens")) number = &cli->text.max_sentence_tokens;
         else if (!strcmp(a, "--device-index")) number = &cli->model.device_index;
+        else if (!strcmp(a, "--no-repeat-ngram-size")) number = &cli->translate.no_repeat_ngram_size;
         else if (strcmp(a, "--model") && strcmp(a, "--compute-type") && strcmp(a, "--device") && strcmp(a, "--batch-type") &&
-                 strcmp(a, "--length-penalty") && strcmp(a, "--split") && strcmp(a, "--source-spm") &&
+                 strcmp(a, "--length-penalty") && strcmp(a, "--repetition-penalty") && strcmp(a, "--split") && strcmp(a, "--source-spm") &&
                  strcmp(a, "--target-spm") && strcmp(a, "--input") && strcmp(a, "--output") && strcmp(a, "--kv-cache-type")) {
             fprintf(stderr, "tolk-translate: unknown option %s (see --help)\n", a);
             return 2;
@@ -205,13 +216,15 @@ static int parse_args(int argc, char **argv, Cli *cli) {
                 fprintf(stderr, "tolk-translate: --batch-type must be examples or tokens, got \"%s\"\n", v);
                 return 2;
             }
-        } else { /* --length-penalty */
+        } else { /* --length-penalty, --repetition-penalty (the library validates the values) */
             char *end = NULL;
-            cli->translate.length_penalty = strtof(v, &end);
+            float value = strtof(v, &end);
             if (end == v || *end != '\0') {
-                fprintf(stderr, "tolk-translate: --length-penalty needs a number, got \"%s\"\n", v);
+                fprintf(stderr, "tolk-translate: %s needs a number, got \"%s\"\n", a, v);
                 return 2;
             }
+            if (!strcmp(a, "--length-penalty")) cli->translate.length_penalty = value;
+            else cli->translate.repetition_penalty = value;
         }
     }
     if (cli->model_dir == NULL) {
@@ -338,8 +351,11 @@ int main(int argc, char **argv) {
     if (cli.set_batch) options.max_batch_size = cli.translate.max_batch_size;
     if (cli.set_length_penalty) options.length_penalty = cli.translate.length_penalty;
     if (cli.no_shortlist) options.use_shortlist = false;
+    options.replace_unknowns = cli.replace_unknowns;
     if (cli.translate.kv_cache_type != NULL) options.kv_cache_type = cli.translate.kv_cache_type;
     options.num_hypotheses = cli.translate.num_hypotheses;
+    options.repetition_penalty = cli.translate.repetition_penalty;
+    options.no_repeat_ngram_size = cli.translate.no_repeat_ngram_size;
     options.max_decoding_memory_mb = cli.translate.max_decoding_memory_mb;
     options.max_decoding_length = cli.translate.max_decoding_length;
     options.batch_type = cli.translate.batch_type;

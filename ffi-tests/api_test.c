@@ -310,6 +310,71 @@ static void test_translate(TolkModel *model) {
     tolk_translator_free(translator);
 }
 
+/* return_attention: one row a token, one column a source token, each row a share of the
+ * attention (the end token's position is not a column); replace_unknowns: the unknown
+ * tokens a target prefix forces become source tokens. Repetition rules run through. */
+static void test_attention(TolkModel *model) {
+    TolkTranslator *translator = new_translator(model, 1);
+    TolkTranslateOptions opts = tolk_translate_options_default();
+    opts.beam_size = 2;
+    opts.num_hypotheses = 2;
+    opts.max_decoding_length = 10;
+    opts.return_attention = true;
+    opts.repetition_penalty = 1.5f;
+    opts.no_repeat_ngram_size = 2;
+    TolkResult *result = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result), TOLK_OK);
+    for (size_t i = 0; i < BATCH_SIZE; i++) {
+        for (size_t h = 0; h < 2; h++) {
+            const char *const *tokens = NULL;
+            const float *values = NULL;
+            size_t n = 0, rows = 99, columns = 99;
+            CHECK_STATUS(tolk_result_hypothesis(result, i, h, &tokens, &n, NULL), TOLK_OK);
+            CHECK_STATUS(tolk_result_attention(result, i, h, &values, &rows, &columns), TOLK_OK);
+            CHECK(rows == (LENGTHS[i] ? n : 0) && columns == (n ? LENGTHS[i] : 0));
+            for (size_t t = 0; t < rows; t++) {
+                float sum = 0;
+                for (size_t j = 0; j < columns; j++) {
+                    CHECK(values[t * columns + j] >= 0.0f);
+                    sum += values[t * columns + j];
+                }
+                CHECK(sum <= 1.0001f);
+            }
+        }
+    }
+    const float *values = NULL;
+    size_t rows = 0, columns = 0;
+    CHECK_STATUS(tolk_result_attention(NULL, 0, 0, &values, &rows, &columns), TOLK_ERROR_NULL_POINTER);
+    CHECK_STATUS(tolk_result_attention(result, 0, 0, NULL, &rows, &columns), TOLK_ERROR_NULL_POINTER);
+    CHECK_STATUS(tolk_result_attention(result, 0, 0, &values, &rows, NULL), TOLK_ERROR_NULL_POINTER);
+    CHECK_STATUS(tolk_result_attention(result, BATCH_SIZE, 0, &values, &rows, &columns), TOLK_ERROR_OUT_OF_RANGE);
+    CHECK_STATUS(tolk_result_attention(result, 0, 2, &values, &rows, &columns), TOLK_ERROR_OUT_OF_RANGE);
+    tolk_result_free(result);
+
+    /* Without return_attention: no attention. */
+    opts.return_attention = false;
+    opts.replace_unknowns = true;
+    const char *p0[] = {"not-a-target-token"};
+    const char *const *prefix[] = {p0, NULL, NULL, NULL};
+    size_t prefix_lengths[] = {1, 0, 0, 0};
+    result = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, prefix, prefix_lengths, &opts, &result), TOLK_OK);
+    const char *const *tokens = NULL;
+    size_t n = 0;
+    CHECK_STATUS(tolk_result_hypothesis(result, 0, 0, &tokens, &n, NULL), TOLK_OK);
+    CHECK(n >= 1 && (strcmp(tokens[0], "a") == 0 || strcmp(tokens[0], "b") == 0 || strcmp(tokens[0], "c") == 0));
+    CHECK_STATUS(tolk_result_attention(result, 0, 0, &values, &rows, &columns), TOLK_OK);
+    CHECK(values == NULL && rows == 0 && columns == 0);
+    tolk_result_free(result);
+
+    /* A repetition penalty must be > 0. */
+    opts.repetition_penalty = 0.0f;
+    result = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(result == NULL && strstr(tolk_last_error(), "repetition penalty") != NULL);
+    tolk_translator_free(translator);
+}
+
 /* A caller built against an older header passes a smaller struct_size: the fields it
  * does not know keep their defaults. */
 static void test_struct_size_versioning(TolkModel *model) {
@@ -728,6 +793,7 @@ int main(int argc, char **argv) {
     test_bad_options(model);
     test_devices();
     test_translate(model);
+    test_attention(model);
     test_struct_size_versioning(model);
     test_progress(model);
     test_progress_threads(model);

@@ -397,6 +397,28 @@ typedef struct TolkTranslateOptions {
    * the model's weights, at least 32 MB; 0 = no bound. Not a CTranslate2 option.
    */
   uint32_t max_decoding_memory_mb;
+  /**
+   * Penalty on the tokens a hypothesis already holds, its target prefix included
+   * (CTranslate2's repetition_penalty): their logits are divided by it where
+   * non-negative and multiplied where negative, so values above 1 discourage repeats;
+   * must be > 0 (default 1: off).
+   */
+  float repetition_penalty;
+  /**
+   * Hypotheses never repeat an n-gram of this size (CTranslate2's
+   * no_repeat_ngram_size; default 0: off).
+   */
+  uint32_t no_repeat_ngram_size;
+  /**
+   * Keep each hypothesis's alignment attention over the source tokens, read with
+   * tolk_result_attention (CTranslate2's return_attention; default false). CPU only.
+   */
+  bool return_attention;
+  /**
+   * Replace each generated unknown token by the source token it attends to most
+   * (CTranslate2's replace_unknowns; default false). CPU only.
+   */
+  bool replace_unknowns;
 } TolkTranslateOptions;
 
 /**
@@ -704,6 +726,23 @@ enum TolkStatus tolk_result_hypothesis(const struct TolkResult *result,
                                        const char *const **out_tokens,
                                        size_t *out_length,
                                        float *out_score);
+
+/**
+ * The alignment attention of hypothesis `rank` of sentence `example` (the translation
+ * asked for it: TolkTranslateOptions.return_attention): `*out_values` receives
+ * `*out_rows` x `*out_columns` floats owned by the result, row-major, one row per token of
+ * the hypothesis and one column per source token as given (valid until
+ * tolk_result_free). Without attention the rows and columns are 0 and `*out_values` NULL.
+ *
+ * # Safety
+ * `result` must be a live result; the out pointers NULL or writable.
+ */
+enum TolkStatus tolk_result_attention(const struct TolkResult *result,
+                                      size_t example,
+                                      size_t rank,
+                                      const float **out_values,
+                                      size_t *out_rows,
+                                      size_t *out_columns);
 
 /**
  * Releases a result and every string it handed out.

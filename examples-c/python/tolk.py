@@ -223,6 +223,14 @@ class TolkTranslateOptions(ctypes.Structure):
         # Decoding state planned for where batches are decoded together, in MB; 0 = no bound,
         # DECODING_MEMORY_AUTO (the default) = half the model's weights, at least 32 MB.
         ("max_decoding_memory_mb", ctypes.c_uint32),
+        # Penalty on the tokens a hypothesis already holds (CTranslate2's); 1 = off.
+        ("repetition_penalty", ctypes.c_float),
+        # Hypotheses never repeat an n-gram of this size (CTranslate2's); 0 = off.
+        ("no_repeat_ngram_size", ctypes.c_uint32),
+        # Keep each hypothesis's alignment attention (tolk_result_attention); CPU only.
+        ("return_attention", ctypes.c_bool),
+        # Replace generated unknown tokens by the source token attended to most; CPU only.
+        ("replace_unknowns", ctypes.c_bool),
     ]
 
 
@@ -391,6 +399,16 @@ def _declare(lib):
         ctypes.POINTER(_CharPP),
         ctypes.POINTER(ctypes.c_size_t),
         ctypes.POINTER(ctypes.c_float),
+    )
+    fn(
+        "tolk_result_attention",
+        _Status,
+        _ResultP,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
     )
     fn("tolk_result_free", None, _ResultP)
 
@@ -872,17 +890,21 @@ class Model:
 class TranslationResult:
     """One example's result, like ``ctranslate2.TranslationResult``."""
 
-    __slots__ = ("hypotheses", "scores")
+    __slots__ = ("hypotheses", "scores", "attention")
 
-    def __init__(self, hypotheses: List[List[str]], scores: List[float]):
+    def __init__(self, hypotheses: List[List[str]], scores: List[float], attention=None):
         self.hypotheses = hypotheses
         self.scores = scores
+        # Per hypothesis, per target token, the attention over the source tokens
+        # (``return_attention=True``; else empty).
+        self.attention = attention if attention is not None else []
 
     def __eq__(self, other):
         return (
             isinstance(other, TranslationResult)
             and self.hypotheses == other.hypotheses
             and self.scores == other.scores
+            and self.attention == other.attention
         )
 
     def __repr__(self):
@@ -1104,6 +1126,10 @@ class Translator:
         min_decoding_length: Optional[int] = None,
         end_token: Optional[str] = None,
         disable_unk: Optional[bool] = None,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
+        return_attention: bool = False,
+        replace_unknowns: bool = False,
         max_batch_size: Optional[int] = None,
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
@@ -1128,6 +1154,11 @@ class Translator:
         ``on_token(event)`` with a :class:`TokenEvent` for each generated token, on the
         translator's threads; returning ``False`` ends that sentence there.
 
+        ``repetition_penalty`` and ``no_repeat_ngram_size`` are CTranslate2's: the logits of
+        tokens a hypothesis already holds (its target prefix included) are divided by the
+        penalty (multiplied where negative; 1 = off), and no hypothesis holds an n-gram of
+        that size twice (0 = off).
+
         ``kv_cache_type`` (not a CTranslate2 argument) is how decoding keeps attention keys
         and values, most of its memory: ``"float32"`` (``None``: CTranslate2's results),
         ``"bfloat16"`` (half the memory) or ``"int8"`` (about a quarter), which round them
@@ -1143,6 +1174,8 @@ class Translator:
             length_penalty=length_penalty, num_hypotheses=num_hypotheses, return_scores=return_scores,
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
+            repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+            return_attention=return_attention, replace_unknowns=replace_unknowns,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
             use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
             max_decoding_memory_mb=max_decoding_memory_mb)
@@ -1154,7 +1187,7 @@ class Translator:
                 stream.reraise()
         _check(self._lib, status)
         try:
-            return self._read_result(out, return_scores)
+            return self._read_result(out, return_scores, return_attention)
         finally:
             self._lib.tolk_result_free(out)
 
@@ -1165,6 +1198,7 @@ class Translator:
             raise TypeError("translate_batch_async has no progress callback: use Job.progress()")
         keep, opts, args, streams = self._batch_arguments(source, target_prefix, None, on_token, **options)
         return_scores = bool(options.get("return_scores", False))
+        return_attention = bool(options.get("return_attention", False))
         out = _JobP()
         status = self._lib.tolk_translate_batch_async(
             self._ptr, *args, ctypes.byref(opts), TolkJobCallback(), None, ctypes.byref(out))
@@ -1174,7 +1208,7 @@ class Translator:
             res = _ResultP()
             _check(self._lib, self._lib.tolk_job_result(job_ptr, ctypes.byref(res)))
             try:
-                return self._read_result(res, return_scores)
+                return self._read_result(res, return_scores, return_attention)
             finally:
                 self._lib.tolk_result_free(res)
 
@@ -1185,7 +1219,8 @@ class Translator:
                          max_decoding_length=256, min_decoding_length=None, end_token=None,
                          disable_unk=None, max_batch_size=None, batch_type="examples",
                          max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None,
-                         max_decoding_memory_mb=None):
+                         max_decoding_memory_mb=None, repetition_penalty=1.0, no_repeat_ngram_size=0,
+                         return_attention=False, replace_unknowns=False):
         """Checks a token batch and builds its C arguments: (keep, options, (sources,
         source lengths, count, prefixes, prefix lengths), callback wrappers)."""
         if self.closed:
@@ -1208,6 +1243,8 @@ class Translator:
             num_hypotheses=num_hypotheses, return_scores=return_scores,
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
+            repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+            return_attention=return_attention, replace_unknowns=replace_unknowns,
             max_batch_size=max_batch_size, batch_type=batch_type,
             max_length_factor=max_length_factor, use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
             max_decoding_memory_mb=max_decoding_memory_mb)
@@ -1223,7 +1260,8 @@ class Translator:
                            return_scores, max_input_length, max_decoding_length,
                            min_decoding_length, end_token, disable_unk, max_batch_size,
                            batch_type, max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None,
-                         max_decoding_memory_mb=None):
+                           max_decoding_memory_mb=None, repetition_penalty=1.0, no_repeat_ngram_size=0,
+                           return_attention=False, replace_unknowns=False):
         if batch_type not in BATCH_TYPES:
             raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
         # The model's defaults (a Marian package's beam size, length factor, ...); None
@@ -1247,6 +1285,12 @@ class Translator:
         opts.end_token = end_b
         if disable_unk is not None:
             opts.disable_unk = bool(disable_unk)
+        opts.repetition_penalty = float(repetition_penalty)
+        if int(no_repeat_ngram_size) < 0:
+            raise ValueError("no_repeat_ngram_size must be >= 0, got %r" % (no_repeat_ngram_size,))
+        opts.no_repeat_ngram_size = int(no_repeat_ngram_size)
+        opts.return_attention = bool(return_attention)
+        opts.replace_unknowns = bool(replace_unknowns)
         if max_batch_size is not None:
             opts.max_batch_size = int(max_batch_size)
         opts.batch_type = BATCH_TYPES[batch_type]
@@ -1278,6 +1322,9 @@ class Translator:
         min_decoding_length: Optional[int] = None,
         end_token: Optional[str] = None,
         disable_unk: Optional[bool] = None,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
+        replace_unknowns: bool = False,
         max_batch_size: Optional[int] = None,
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
@@ -1331,6 +1378,8 @@ class Translator:
             length_penalty=length_penalty, return_scores=return_scores,
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
+            repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+            replace_unknowns=replace_unknowns,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
             use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
             max_decoding_memory_mb=max_decoding_memory_mb, split=split, max_sentence_tokens=max_sentence_tokens)
@@ -1392,6 +1441,7 @@ class Translator:
                         max_decoding_length=256, min_decoding_length=None, end_token=None,
                         disable_unk=None, max_batch_size=None, batch_type="examples",
                         max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None, max_decoding_memory_mb=None, split="sentences",
+                        repetition_penalty=1.0, no_repeat_ngram_size=0, replace_unknowns=False,
                         max_sentence_tokens=128):
         """Checks texts and builds their C arguments."""
         if self.closed:
@@ -1421,6 +1471,9 @@ class Translator:
             min_decoding_length=min_decoding_length,
             end_token=end_token,
             disable_unk=disable_unk,
+            repetition_penalty=repetition_penalty,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            replace_unknowns=replace_unknowns,
             max_batch_size=max_batch_size,
             batch_type=batch_type,
             max_length_factor=max_length_factor,
@@ -1505,12 +1558,12 @@ class Translator:
         keep.append(lens)
         return ctypes.cast(outer, _CharPPP), ctypes.cast(lens, ctypes.POINTER(ctypes.c_size_t))
 
-    def _read_result(self, res, return_scores) -> List[TranslationResult]:
+    def _read_result(self, res, return_scores, return_attention=False) -> List[TranslationResult]:
         lib = self._lib
         results = []
         n = lib.tolk_result_batch_size(res)
         for i in range(n):
-            hyps, scores = [], []
+            hyps, scores, attention = [], [], []
             for r in range(lib.tolk_result_num_hypotheses(res, i)):
                 toks = _CharPP()
                 length = ctypes.c_size_t()
@@ -1522,7 +1575,15 @@ class Translator:
                 hyps.append([toks[k].decode("utf-8") for k in range(length.value)])
                 if return_scores:
                     scores.append(float(score.value))
-            results.append(TranslationResult(hyps, scores))
+                if return_attention:
+                    values = ctypes.POINTER(ctypes.c_float)()
+                    rows, columns = ctypes.c_size_t(), ctypes.c_size_t()
+                    _check(lib, lib.tolk_result_attention(
+                        res, i, r, ctypes.byref(values), ctypes.byref(rows), ctypes.byref(columns)))
+                    cols = columns.value
+                    attention.append([values[t * cols:(t + 1) * cols] for t in range(rows.value)]
+                                     if cols else [[] for _ in hyps[-1]])
+            results.append(TranslationResult(hyps, scores, attention))
         return results
 
     def translate_file(
@@ -1542,6 +1603,9 @@ class Translator:
         min_decoding_length: Optional[int] = None,
         end_token: Optional[str] = None,
         disable_unk: Optional[bool] = None,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
+        replace_unknowns: bool = False,
         max_batch_size: Optional[int] = None,
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
@@ -1585,6 +1649,9 @@ class Translator:
             min_decoding_length=min_decoding_length,
             end_token=end_token,
             disable_unk=disable_unk,
+            repetition_penalty=repetition_penalty,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            replace_unknowns=replace_unknowns,
             max_batch_size=max_batch_size,
             batch_type=batch_type,
             max_length_factor=max_length_factor,

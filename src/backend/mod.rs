@@ -383,6 +383,29 @@ pub trait Backend: Clone + Send + Sync + 'static {
         out: &mut Self::Buffer,
     );
 
+    /// Whether `memory_attention_weights` gives the weights on this backend.
+    fn gives_attention_weights(&self) -> bool {
+        false
+    }
+    /// CTranslate2's alignment attention of a decoder step, what `return_attention` returns:
+    /// for each row of `memory_attention`, its attention probabilities over its example's
+    /// memory positions averaged over heads `0..heads`. `None` where the backend does not
+    /// give them (the searches then refuse `return_attention`).
+    #[allow(clippy::too_many_arguments)]
+    fn memory_attention_weights(
+        &self,
+        _ctx: &Ctx,
+        _query: &Self::Buffer,
+        _memory_kv: &Self::MemoryKv,
+        _kv: KvCacheType,
+        _memory: &SequenceLayout,
+        _row_example: &[usize],
+        _shape: AttentionShape,
+        _heads: usize,
+    ) -> Option<Vec<Vec<f32>>> {
+        None
+    }
+
     /// The SSRU cell: `c = f * c + (1 - f) * input` with `f = sigmoid(forget)`, `out = relu(c)`.
     fn ssru(&self, cells: &mut Self::Buffer, input: &Self::Buffer, forget: &Self::Buffer, out: &mut Self::Buffer);
     /// Average attention's running mean after `step` earlier inputs: `g = (g * step + x) / (step + 1)`.

@@ -73,6 +73,9 @@ struct HypothesisC {
     _strings: Vec<CString>,
     pointers: Vec<*const c_char>,
     score: f32,
+    /// Row-major `[tokens][source tokens]`, empty unless attention was returned.
+    attention: Vec<f32>,
+    source_length: usize,
 }
 
 /// Settings of model loading. Always start from `tolk_model_options_default()`.
@@ -203,6 +206,20 @@ pub struct TolkTranslateOptions {
     /// fewer rows a step, the same results. TOLK_DECODING_MEMORY_AUTO (the default): half
     /// the model's weights, at least 32 MB; 0 = no bound. Not a CTranslate2 option.
     pub max_decoding_memory_mb: u32,
+    /// Penalty on the tokens a hypothesis already holds, its target prefix included
+    /// (CTranslate2's repetition_penalty): their logits are divided by it where
+    /// non-negative and multiplied where negative, so values above 1 discourage repeats;
+    /// must be > 0 (default 1: off).
+    pub repetition_penalty: f32,
+    /// Hypotheses never repeat an n-gram of this size (CTranslate2's
+    /// no_repeat_ngram_size; default 0: off).
+    pub no_repeat_ngram_size: u32,
+    /// Keep each hypothesis's alignment attention over the source tokens, read with
+    /// tolk_result_attention (CTranslate2's return_attention; default false). CPU only.
+    pub return_attention: bool,
+    /// Replace each generated unknown token by the source token it attends to most
+    /// (CTranslate2's replace_unknowns; default false). CPU only.
+    pub replace_unknowns: bool,
 }
 
 /// See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
@@ -320,7 +337,7 @@ versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
     progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data, use_vmap, kv_cache_type,
-    max_decoding_memory_mb
+    max_decoding_memory_mb, repetition_penalty, no_repeat_ngram_size, return_attention, replace_unknowns
 });
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
@@ -689,6 +706,10 @@ fn c_options(d: &TranslateOptions) -> TolkTranslateOptions {
             None => TOLK_DECODING_MEMORY_AUTO,
             Some(mb) => mb.min(TOLK_DECODING_MEMORY_AUTO as usize - 1) as u32,
         },
+        repetition_penalty: d.repetition_penalty,
+        no_repeat_ngram_size: d.no_repeat_ngram_size.min(u32::MAX as usize) as u32,
+        return_attention: d.return_attention,
+        replace_unknowns: d.replace_unknowns,
     }
 }
 
@@ -732,6 +753,10 @@ unsafe fn read_translate_options(
         min_decoding_length: o.min_decoding_length as usize,
         end_token: opt_str(o.end_token, "end_token")?.map(str::to_string),
         disable_unk: o.disable_unk,
+        repetition_penalty: o.repetition_penalty,
+        no_repeat_ngram_size: o.no_repeat_ngram_size as usize,
+        return_attention: o.return_attention,
+        replace_unknowns: o.replace_unknowns,
         max_batch_size: o.max_batch_size as usize,
         batch_type,
         max_length_factor: o.max_length_factor,
@@ -853,7 +878,10 @@ impl TolkResult {
                         let strings: Vec<CString> =
                             tokens.into_iter().map(|t| CString::new(t.replace('\0', "")).unwrap_or_default()).collect();
                         let pointers = strings.iter().map(|s| s.as_ptr()).collect();
-                        HypothesisC { _strings: strings, pointers, score: r.scores.get(h).copied().unwrap_or(f32::NAN) }
+                        let vectors = r.attention.get(h).map_or(&[][..], Vec::as_slice);
+                        let source_length = vectors.first().map_or(0, Vec::len);
+                        let attention = vectors.concat();
+                        HypothesisC { _strings: strings, pointers, score: r.scores.get(h).copied().unwrap_or(f32::NAN), attention, source_length }
                     })
                     .collect()
             })
@@ -918,6 +946,43 @@ pub unsafe extern "C" fn tolk_result_hypothesis(
         if !out_score.is_null() {
             *out_score = hyp.score;
         }
+        Ok(())
+    })
+}
+
+/// The alignment attention of hypothesis `rank` of sentence `example` (the translation
+/// asked for it: TolkTranslateOptions.return_attention): `*out_values` receives
+/// `*out_rows` x `*out_columns` floats owned by the result, row-major, one row per token of
+/// the hypothesis and one column per source token as given (valid until
+/// tolk_result_free). Without attention the rows and columns are 0 and `*out_values` NULL.
+///
+/// # Safety
+/// `result` must be a live result; the out pointers NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tolk_result_attention(
+    result: *const TolkResult,
+    example: usize,
+    rank: usize,
+    out_values: *mut *const f32,
+    out_rows: *mut usize,
+    out_columns: *mut usize,
+) -> TolkStatus {
+    guard("tolk_result_attention", || {
+        let result = &*non_null(result, "result")?;
+        non_null(out_values as *const *const f32, "out_values")?;
+        non_null(out_rows as *const usize, "out_rows")?;
+        non_null(out_columns as *const usize, "out_columns")?;
+        let hyps = result.examples.get(example).ok_or_else(|| {
+            Error::out_of_range(format!("example {example} is out of range (batch size {})", result.examples.len()))
+        })?;
+        let hyp = hyps.get(rank).ok_or_else(|| {
+            Error::out_of_range(format!("hypothesis {rank} is out of range ({} hypotheses)", hyps.len()))
+        })?;
+        let columns = hyp.source_length;
+        let rows = hyp.attention.len().checked_div(columns).unwrap_or(0);
+        *out_values = if rows == 0 { ptr::null() } else { hyp.attention.as_ptr() };
+        *out_rows = rows;
+        *out_columns = if rows == 0 { 0 } else { columns };
         Ok(())
     })
 }

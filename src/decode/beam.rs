@@ -3,9 +3,10 @@
 //! deciding how many finished hypotheses end the search, forced target prefixes. Like
 //! greedy search it can take in more examples while it runs (continuous batching).
 use super::{
-    disable, finalize, map_rows, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
-    StartTokens,
+    apply_repetition_rules, disable, finalize, map_rows, one_batch, target_id, Attention, ContinuousSearch, DecoderSession, Finished, Groups,
+    Hypotheses, OutputColumns, RepetitionRules, SearchObserver, SearchParams, StartTokens,
 };
+use std::sync::Arc;
 use crate::backend::cpu::ops;
 use crate::backend::{Ctx, TopLogits};
 
@@ -79,7 +80,7 @@ struct Example {
     /// Steps decoded so far.
     step: usize,
     top_beam_finished: bool,
-    finished: Vec<(Vec<u32>, f32)>,
+    finished: Vec<Finished>,
 }
 
 /// The examples of a search and its live rows: the examples decoding in row order, each
@@ -93,6 +94,8 @@ struct Live {
     inputs: Vec<u32>,
     scores: Vec<f32>,
     sequences: Vec<Vec<u32>>,
+    /// Each row's attention so far, where its group asks for it.
+    attention: Vec<Attention>,
 }
 
 impl Live {
@@ -123,6 +126,7 @@ impl Live {
         let new_rows = self.inputs.len() - old;
         self.scores.extend((0..new_rows).map(|k| if k % beam_rows == 0 { 0.0 } else { f32::MIN }));
         self.sequences.resize(self.inputs.len(), Vec::new());
+        self.attention.resize(self.inputs.len(), Vec::new());
     }
 }
 
@@ -180,7 +184,7 @@ pub fn beam_continuous(
             debug_assert_eq!(params.beam_size, beam, "the groups of a search share the beam size");
             live.join(decoder, starts, params, first_step_rows, search);
         }
-        let Live { examples, groups, alive, inputs, scores, sequences } = &mut live;
+        let Live { examples, groups, alive, inputs, scores, sequences, attention } = &mut live;
         if alive.is_empty() {
             break;
         }
@@ -197,7 +201,20 @@ pub fn beam_continuous(
                 std::iter::repeat_n(mask, rows_of(example))
             })
             .collect();
-        if !decoder.step_top(ctx, inputs, &masks, per_row, &mut logits, &mut top) {
+        // Repetition rules change the logits, so they need them written out.
+        let repetition: Vec<(&[u32], RepetitionRules)> = alive
+            .iter()
+            .flat_map(|&ex| std::iter::repeat_n(groups.params(examples[ex].group).repetition, rows_of(&examples[ex])))
+            .zip(sequences.iter())
+            .map(|(rules, tokens)| (&tokens[..], rules))
+            .collect();
+        if repetition.iter().any(|(_, rules)| rules.is_active()) {
+            decoder.step(ctx, inputs, &mut logits);
+            let rows = &mut logits[..masks.len() * vocab];
+            let disabled = apply_repetition_rules(rows, vocab, output, &repetition, &masks);
+            let masks: Vec<&[u32]> = disabled.iter().map(Vec::as_slice).collect();
+            host_top(ctx, rows, vocab, &masks, per_row, &mut top);
+        } else if !decoder.step_top(ctx, inputs, &masks, per_row, &mut logits, &mut top) {
             host_top(ctx, &mut logits[..masks.len() * vocab], vocab, &masks, per_row, &mut top);
         }
         row_candidates.clear();
@@ -221,6 +238,9 @@ pub fn beam_continuous(
         let mut next_inputs = Vec::with_capacity(alive.len() * beam);
         let mut next_scores = Vec::with_capacity(alive.len() * beam);
         let mut next_sequences = Vec::with_capacity(alive.len() * beam);
+        let mut next_attention = Vec::with_capacity(alive.len() * beam);
+        // This step's attention of each row, shared by the candidates it gives.
+        let step_attention: Vec<Arc<Vec<f32>>> = decoder.step_attention().iter().map(|a| Arc::new(a.clone())).collect();
         let mut first_row = 0;
         for &ex in alive.iter() {
             let example = &mut examples[ex];
@@ -253,6 +273,14 @@ pub fn beam_continuous(
                 s.push(c.0);
                 s
             };
+            let attention_of = |c: &(u32, f32, usize)| match step_attention.get(c.2) {
+                Some(step) if params.return_attention => {
+                    let mut a = attention[c.2].clone();
+                    a.push(step.clone());
+                    a
+                }
+                _ => Vec::new(),
+            };
             let last_step = step + 1 == params.max_length;
             let mut active = Vec::with_capacity(beam);
             let mut secondary = beam;
@@ -263,7 +291,7 @@ pub fn beam_continuous(
                     if k == 0 {
                         example.top_beam_finished = true;
                     }
-                    example.finished.push((sequence_of(&cands[k]), score));
+                    example.finished.push((sequence_of(&cands[k]), score, attention_of(&cands[k])));
                     if let Some(j) = (secondary..cands.len()).find(|&j| !is_end(cands[j].0)) {
                         next = j;
                         secondary = j + 1;
@@ -289,6 +317,7 @@ pub fn beam_continuous(
                 next_inputs.push(c.0);
                 next_scores.push(c.1);
                 next_sequences.push(sequence_of(c));
+                next_attention.push(attention_of(c));
             }
             next_alive.push(ex);
         }
@@ -298,6 +327,7 @@ pub fn beam_continuous(
         *inputs = next_inputs;
         *scores = next_scores;
         *sequences = next_sequences;
+        *attention = next_attention;
     }
     live.groups.stop(search);
 }

@@ -7,9 +7,10 @@
 //! Every example keeps its own step count, parameters and results, so each is decoded
 //! exactly as it would be on its own.
 use super::{
-    disable, finalize, map_rows, one_batch, target_id, ContinuousSearch, DecoderSession, Groups, Hypotheses, OutputColumns, SearchObserver, SearchParams,
-    StartTokens,
+    apply_repetition_rules, disable, finalize, map_rows, one_batch, target_id, Attention, ContinuousSearch, DecoderSession, Groups, Hypotheses,
+    OutputColumns, RepetitionRules, SearchObserver, SearchParams, StartTokens,
 };
+use std::sync::Arc;
 use crate::backend::cpu::ops;
 use crate::backend::Ctx;
 
@@ -44,6 +45,8 @@ struct Example {
     start: StartTokens,
     tokens: Vec<u32>,
     score: f32,
+    /// The attention of each token, when asked for.
+    attention: Attention,
     /// Steps decoded so far.
     step: usize,
 }
@@ -64,7 +67,7 @@ impl Live {
         for start in starts {
             self.alive.push(self.examples.len());
             self.inputs.push(start.start);
-            self.examples.push(Example { group, start, tokens: Vec::new(), score: 0.0, step: 0 });
+            self.examples.push(Example { group, start, tokens: Vec::new(), score: 0.0, attention: Vec::new(), step: 0 });
         }
     }
 }
@@ -94,22 +97,35 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
         }
         // Without scores only each row's best column matters, which the decoder may find
         // without writing the logits out (8 MB for 32 rows of a 65k vocabulary).
-        let masks: Vec<&[u32]> = alive.iter().map(|&ex| masked(examples[ex].step, groups.params(examples[ex].group))).collect();
+        let mut masks: Vec<&[u32]> = alive.iter().map(|&ex| masked(examples[ex].step, groups.params(examples[ex].group))).collect();
         let scored: Vec<bool> = alive.iter().map(|&ex| groups.params(examples[ex].group).return_scores).collect();
-        let fused = if scored.contains(&true) {
+        // Repetition rules change the logits, so they need them written out.
+        let repetition: Vec<(&[u32], RepetitionRules)> =
+            alive.iter().map(|&ex| (&examples[ex].tokens[..], groups.params(examples[ex].group).repetition)).collect();
+        let repeating = repetition.iter().any(|(_, rules)| rules.is_active());
+        let fused = if scored.contains(&true) || repeating {
             decoder.step(ctx, inputs, &mut logits);
             false
         } else {
             decoder.step_best(ctx, inputs, &masks, &mut logits, &mut best)
         };
         if !fused {
-            best_of_rows(ctx, &mut logits[..alive.len() * vocab], vocab, &masks, &scored, &mut best);
+            let rows = &mut logits[..alive.len() * vocab];
+            let disabled = if repeating { apply_repetition_rules(rows, vocab, output, &repetition, &masks) } else { Vec::new() };
+            if repeating {
+                masks = disabled.iter().map(Vec::as_slice).collect();
+            }
+            best_of_rows(ctx, rows, vocab, &masks, &scored, &mut best);
         }
         let mut keep = Vec::with_capacity(alive.len());
+        let attention = decoder.step_attention();
         for (r, &ex) in alive.iter().enumerate() {
             let example = &mut examples[ex];
             let (params, step) = (groups.params(example.group), example.step);
             example.step += 1;
+            if params.return_attention {
+                example.attention.push(Arc::new(attention.get(r).cloned().unwrap_or_default()));
+            }
             let (column, mut score) = best[r];
             let mut word = target_id(column, output);
             let prefix = &example.start.prefix;
@@ -127,13 +143,16 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
             }
             if is_end || is_last {
                 let ids = std::mem::take(&mut example.tokens);
-                let hyps = vec![(ids, example.score); 1];
+                let hyps = vec![(ids, example.score, std::mem::take(&mut example.attention))];
                 let mut h = finalize(hyps, 1, params.length_penalty, params.return_scores);
                 // With patience > 1 CTranslate2 accepts num_hypotheses > 1 for greedy search
                 // and returns copies of the single greedy hypothesis.
                 h.ids = vec![h.ids[0].clone(); params.num_hypotheses];
                 if params.return_scores {
                     h.scores = vec![h.scores[0]; params.num_hypotheses];
+                }
+                if let Some(first) = h.attention.first() {
+                    h.attention = vec![first.clone(); params.num_hypotheses];
                 }
                 groups.finish(example.group, ex, h, search);
             } else {

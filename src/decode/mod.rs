@@ -164,6 +164,74 @@ pub struct SearchParams {
     /// Logits set to the lowest float before the search looks at them (e.g. `<unk>`).
     pub disabled_ids: Vec<u32>,
     pub return_scores: bool,
+    pub repetition: RepetitionRules,
+    /// Keep each hypothesis's alignment attention (see [`Hypotheses::attention`]).
+    pub return_attention: bool,
+}
+
+/// CTranslate2's logits processors that read the tokens a row has produced so far (its
+/// target prefix included), applied to the row's logits before its disabled columns are
+/// set, as CTranslate2 applies them: `penalty` (`repetition_penalty`, 1 = off) divides a
+/// non-negative logit of each such token and multiplies a negative one, and
+/// `no_repeat_ngram_size` n (0 = off) disables every token that would end an n-gram the
+/// row already holds (n = 1: every token it produced).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RepetitionRules {
+    pub penalty: f32,
+    pub no_repeat_ngram_size: usize,
+}
+
+impl Default for RepetitionRules {
+    fn default() -> Self {
+        RepetitionRules { penalty: 1.0, no_repeat_ngram_size: 0 }
+    }
+}
+
+impl RepetitionRules {
+    pub fn is_active(&self) -> bool {
+        self.penalty != 1.0 || self.no_repeat_ngram_size > 0
+    }
+
+    /// Applies the penalty to the columns of `tokens` (target ids) in `row`, and appends to
+    /// `disabled` the columns the n-gram rule bans. Tokens outside the output subset
+    /// `output` have no column and are skipped.
+    fn apply(&self, tokens: &[u32], output: Option<&[u32]>, row: &mut [f32], disabled: &mut Vec<u32>) {
+        if self.penalty != 1.0 {
+            // CTranslate2 gathers every token's logit before writing any: a token produced
+            // twice is penalized once.
+            let mut seen = columns(tokens, output);
+            seen.sort_unstable();
+            seen.dedup();
+            for c in seen {
+                if let Some(v) = row.get_mut(c as usize) {
+                    *v = if *v < 0.0 { *v * self.penalty } else { *v / self.penalty };
+                }
+            }
+        }
+        let n = self.no_repeat_ngram_size;
+        if n > 0 && tokens.len() >= n {
+            // Every earlier occurrence of the row's last n - 1 tokens bans the token that
+            // followed it.
+            let suffix = &tokens[tokens.len() - (n - 1)..];
+            let banned: Vec<u32> = (0..=tokens.len() - n).filter(|&i| tokens[i..i + n - 1] == *suffix).map(|i| tokens[i + n - 1]).collect();
+            disabled.extend(columns(&banned, output));
+        }
+    }
+}
+
+/// Applies each row's repetition rules (`rows[r]`: the row's tokens so far and its rules)
+/// to its logits (`rows.len()` rows of `vocab`), and returns each row's disabled columns:
+/// `masks[r]` and those its n-gram rule bans.
+pub(crate) fn apply_repetition_rules(logits: &mut [f32], vocab: usize, output: Option<&[u32]>, rows: &[(&[u32], RepetitionRules)], masks: &[&[u32]]) -> Vec<Vec<u32>> {
+    rows.iter()
+        .zip(masks)
+        .zip(logits.chunks_exact_mut(vocab))
+        .map(|(((tokens, rules), mask), row)| {
+            let mut disabled = mask.to_vec();
+            rules.apply(tokens, output, row, &mut disabled);
+            disabled
+        })
+        .collect()
 }
 
 /// Hypotheses of one example, best first; token ids include the target prefix and end
@@ -173,7 +241,19 @@ pub struct Hypotheses {
     pub ids: Vec<Vec<u32>>,
     /// Empty unless scores were requested.
     pub scores: Vec<f32>,
+    /// Empty unless attention was requested: per hypothesis, per token, the decoder's
+    /// alignment attention over the source positions at the step that produced it
+    /// (`DecoderSession::step_attention`).
+    pub attention: Vec<Vec<Vec<f32>>>,
 }
+
+/// A hypothesis's attention vectors so far, one a token; shared between the beams that
+/// grew from one hypothesis.
+pub(crate) type Attention = Vec<std::sync::Arc<Vec<f32>>>;
+
+/// A finished hypothesis: its tokens, score (sum of log-probabilities) and attention
+/// (empty unless asked for).
+pub(crate) type Finished = (Vec<u32>, f32, Attention);
 
 /// Start token and forced prefix of one example.
 #[derive(Debug, Clone)]
@@ -211,14 +291,18 @@ pub(crate) fn finalize_score(score: f32, length: usize, length_penalty: f32) -> 
 }
 
 /// Sorts hypotheses best first, keeps `n`, and drops the scores unless requested.
-pub(crate) fn finalize(mut hyps: Vec<(Vec<u32>, f32)>, n: usize, length_penalty: f32, return_scores: bool) -> Hypotheses {
-    for (ids, score) in hyps.iter_mut() {
+pub(crate) fn finalize(mut hyps: Vec<Finished>, n: usize, length_penalty: f32, return_scores: bool) -> Hypotheses {
+    for (ids, score, _) in hyps.iter_mut() {
         *score = finalize_score(*score, ids.len(), length_penalty);
     }
     hyps.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
     hyps.truncate(n);
     let scores = if return_scores { hyps.iter().map(|h| h.1).collect() } else { Vec::new() };
-    Hypotheses { ids: hyps.into_iter().map(|h| h.0).collect(), scores }
+    let attention = match hyps.iter().any(|h| !h.2.is_empty()) {
+        true => hyps.iter().map(|h| h.2.iter().map(|v| v.to_vec()).collect()).collect(),
+        false => Vec::new(),
+    };
+    Hypotheses { ids: hyps.into_iter().map(|h| h.0).collect(), scores, attention }
 }
 
 #[cfg(test)]
@@ -309,6 +393,8 @@ mod tests {
             end_ids: vec![EOS],
             disabled_ids: vec![],
             return_scores: true,
+            repetition: RepetitionRules::default(),
+            return_attention: false,
         }
     }
 
@@ -361,6 +447,48 @@ mod tests {
         assert_eq!(out[0].ids.len(), 3);
         assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
         assert!(out[0].scores.windows(2).all(|w| w[0] >= w[1]));
+    }
+
+    #[test]
+    fn repetition_rules_penalize_once_and_ban_what_repeats_an_ngram() {
+        let penalty = RepetitionRules { penalty: 2.0, no_repeat_ngram_size: 0 };
+        let (mut row, mut disabled) = (vec![4.0, -4.0, 1.0, 0.0, 3.0], Vec::new());
+        penalty.apply(&[0, 1, 0, 3], None, &mut row, &mut disabled);
+        assert_eq!(row, vec![2.0, -8.0, 1.0, 0.0, 3.0], "each token once, zero stays zero");
+        assert!(disabled.is_empty());
+        let bans = |n: usize, tokens: &[u32], output: Option<&[u32]>| {
+            let mut disabled = vec![99];
+            RepetitionRules { penalty: 1.0, no_repeat_ngram_size: n }.apply(tokens, output, &mut [0.0; 8], &mut disabled);
+            disabled
+        };
+        // [2 3] occurred before, followed by 4; the last occurrence has no follower yet.
+        assert_eq!(bans(3, &[2, 3, 4, 2, 3], None), vec![99, 4]);
+        assert_eq!(bans(2, &[2, 3, 2, 5, 2], None), vec![99, 3, 5]);
+        assert_eq!(bans(1, &[2, 3, 2], None), vec![99, 2, 3, 2], "n = 1: every token produced");
+        assert_eq!(bans(4, &[2, 3, 2], None), vec![99], "shorter than n: nothing");
+        // On an output subset the bans are columns; tokens outside it have none.
+        assert_eq!(bans(1, &[7, 4, 5], Some(&[2, 4, 7])), vec![99, 2, 1]);
+    }
+
+    #[test]
+    fn searches_follow_the_repetition_rules() {
+        // Step 0 prefers 2; step 1 prefers 2 again, then 3; step 2 ends.
+        let table = vec![vec![-9.0, -5.0, 3.0, 1.0, 0.0], vec![-9.0, -5.0, 3.0, 2.0, 1.0], vec![-9.0, 4.0, 0.0, 0.0, 0.0]];
+        let decoder = || Scripted { table: table.clone(), step: 0, rows: vec![0] };
+        let mut p = params(1);
+        let out = greedy::greedy_search(&Ctx::default(), &mut decoder(), &mut Unobserved, &start(1, vec![]), &p);
+        assert_eq!(out[0].ids[0], vec![2, 2, EOS]);
+        p.repetition.no_repeat_ngram_size = 1;
+        let out = greedy::greedy_search(&Ctx::default(), &mut decoder(), &mut Unobserved, &start(1, vec![]), &p);
+        assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
+        // 3 / 2 = 1.5 < 2: the penalty makes 3 the best at step 1, in greedy and beam search.
+        p.repetition = RepetitionRules { penalty: 2.0, no_repeat_ngram_size: 0 };
+        let out = greedy::greedy_search(&Ctx::default(), &mut decoder(), &mut Unobserved, &start(1, vec![]), &p);
+        assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
+        let mut b = params(2);
+        b.repetition = p.repetition;
+        let out = beam::beam_search(&Ctx::default(), &mut decoder(), &mut Unobserved, &start(1, vec![]), &b);
+        assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
     }
 
     #[test]

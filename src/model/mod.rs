@@ -122,6 +122,16 @@ pub trait DecoderSession {
     fn output_ids(&self) -> Option<&[u32]> {
         None
     }
+    /// Keeps, from the next step on, each step's alignment attention (`step_attention`);
+    /// false where the decoder cannot (the CUDA backend).
+    fn keep_attention(&mut self) -> bool {
+        false
+    }
+    /// The last step's alignment attention (CTranslate2's `return_attention`): per row, its
+    /// attention probabilities over its source's positions; empty unless kept.
+    fn step_attention(&self) -> &[Vec<f32>] {
+        &[]
+    }
     /// Runs one step for every row with input `ids` (one per row, target ids) and writes
     /// the logits `[rows, vocabulary_size]`.
     fn step(&mut self, ctx: &Ctx, ids: &[u32], logits: &mut Vec<f32>);

@@ -56,6 +56,17 @@ pub struct Decoder<B: Backend> {
     final_norm: Option<Norm<B>>,
     projection: Linear<B>,
     opts: StackOptions,
+    /// CTranslate2's alignment attention (`return_attention`): the cross-attention of this
+    /// layer, averaged over its first heads (`decoder/alignment_layer`, default the last;
+    /// `decoder/alignment_heads`, default 1).
+    alignment: Alignment,
+}
+
+/// Which cross-attention probabilities a step returns as its alignment attention.
+#[derive(Debug, Clone, Copy)]
+struct Alignment {
+    layer: usize,
+    heads: usize,
 }
 
 fn read_activation<B: Backend>(w: &WeightReader<B>, scope: &str) -> Result<Activation> {
@@ -216,6 +227,8 @@ pub struct DecoderState<B: Backend> {
     scratch: Scratch<B>,
     x: B::Buffer,
     logits: B::Buffer,
+    /// The last step's alignment attention per row, when kept (`keep_attention`).
+    attention: Option<Vec<Vec<f32>>>,
 }
 
 impl<B: Backend> DecoderState<B> {
@@ -274,9 +287,16 @@ impl<B: Backend> Decoder<B> {
         }
         let vocab = w.dims("decoder/projection/weight")?.first().copied().unwrap_or(0);
         let projection = Linear::load(w, "decoder/projection", vocab, d)?;
-        // The alignment attributes only matter for returning attention, which Tolk does not.
-        w.scalar("decoder/alignment_layer")?;
-        w.scalar("decoder/alignment_heads")?;
+        let layer = w.scalar("decoder/alignment_layer")?.unwrap_or(-1.0);
+        let layer = if layer < 0.0 { layer + n as f64 } else { layer };
+        let heads = w.scalar("decoder/alignment_heads")?.unwrap_or(1.0);
+        let num_heads = opts.attention.num_heads;
+        if !(layer >= 0.0 && layer < n as f64 && heads >= 0.0 && heads <= num_heads as f64) {
+            return Err(Error::invalid_model(format!(
+                "model.bin: decoder/alignment_layer and alignment_heads ({layer}, {heads}) are out of range for {n} layers of {num_heads} heads"
+            )));
+        }
+        let alignment = Alignment { layer: layer as usize, heads: if heads == 0.0 { num_heads } else { heads as usize } };
         Ok(Decoder {
             backend: w.backend().clone(),
             scale: embeddings_scale(w, scope, d)?,
@@ -288,6 +308,7 @@ impl<B: Backend> Decoder<B> {
             layers,
             projection,
             opts,
+            alignment,
         })
     }
 
@@ -411,6 +432,7 @@ impl<B: Backend> Decoder<B> {
             scratch: Scratch::default(),
             x: B::Buffer::default(),
             logits: B::Buffer::default(),
+            attention: None,
         }
     }
 
@@ -594,6 +616,10 @@ impl<B: Backend> Decoder<B> {
                 _ => unreachable!("decoder layer states are made by initial_state for these layers"),
             }
             self.cross_attention_step(ctx, l, &layer.cross_attention, &mut x, state, &mut scratch);
+            if l == self.alignment.layer && state.attention.is_some() {
+                let (kv, shape) = (&state.memory_kv[l], self.opts.attention);
+                state.attention = b.memory_attention_weights(ctx, &scratch.query, kv, state.kv, &state.memory, &state.row_example, shape, self.alignment.heads);
+            }
             layer.ffn.forward(b, ctx, &mut x, rows, self.opts.pre_norm, &mut scratch);
         }
         if let Some(norm) = &self.final_norm {
@@ -718,6 +744,16 @@ impl<B: Backend> DecoderSession for TransformerSession<'_, B> {
     }
     fn select_rows(&mut self, rows: &[usize]) {
         self.decoder.select_rows(&mut self.state, rows)
+    }
+    fn keep_attention(&mut self) -> bool {
+        let gives = self.decoder.backend.gives_attention_weights();
+        if gives && self.state.attention.is_none() {
+            self.state.attention = Some(Vec::new());
+        }
+        gives
+    }
+    fn step_attention(&self) -> &[Vec<f32>] {
+        self.state.attention.as_deref().unwrap_or(&[])
     }
     fn row_lengths(&self) -> Vec<(usize, usize)> {
         let state = &self.state;

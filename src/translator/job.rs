@@ -287,6 +287,9 @@ fn run_continuous<T: Send + 'static>(request: &Arc<Request<T>>, batch: usize, wo
             let part = feed.part_of(fed, &[]);
             let prepared = feed.batches[fed].prepared.as_ref().expect("just taken");
             let mut session = request.model.start(&worker.ctx, prepared.sources(part.clone()), prepared.output_ids.clone(), request.options.kv_cache_type)?;
+            if prepared.params.return_attention && !session.keep_attention() {
+                return Err(Error::unsupported("return_attention and replace_unknowns are supported on the CPU only"));
+            }
             let (starts, params) = feed.start_part(fed, part);
             if params.beam_size == 1 {
                 greedy_continuous(&worker.ctx, session.as_mut(), &mut feed, starts, params);

@@ -11,7 +11,7 @@ use job::Request;
 use workers::Workers;
 
 use crate::backend::KvCacheType;
-use crate::decode::{Hypotheses, SearchParams, StartTokens};
+use crate::decode::{Hypotheses, RepetitionRules, SearchParams, StartTokens};
 use crate::error::{Error, Result};
 use crate::model::{Sources, TranslationModel};
 
@@ -38,6 +38,19 @@ pub struct TranslateOptions {
     /// Token that ends a hypothesis; `None` = the model's end-of-sentence token.
     pub end_token: Option<String>,
     pub disable_unk: bool,
+    /// Penalty on the tokens a hypothesis already holds (CTranslate2's
+    /// `repetition_penalty`): their logits are divided by it where non-negative and
+    /// multiplied where negative, so values above 1 discourage repeats; 1 = off.
+    pub repetition_penalty: f32,
+    /// Hypotheses never repeat an n-gram of this size (CTranslate2's
+    /// `no_repeat_ngram_size`); 0 = off.
+    pub no_repeat_ngram_size: usize,
+    /// Return each hypothesis's alignment attention ([`TranslationResult::attention`],
+    /// CTranslate2's `return_attention`).
+    pub return_attention: bool,
+    /// Replace each generated unknown token by the source token it attends to most
+    /// (CTranslate2's `replace_unknowns`).
+    pub replace_unknowns: bool,
     /// 0 = translate everything as one batch.
     pub max_batch_size: usize,
     pub batch_type: BatchType,
@@ -80,6 +93,10 @@ impl Default for TranslateOptions {
             min_decoding_length: 1,
             end_token: None,
             disable_unk: false,
+            repetition_penalty: 1.0,
+            no_repeat_ngram_size: 0,
+            return_attention: false,
+            replace_unknowns: false,
             max_batch_size: 0,
             batch_type: BatchType::Examples,
             max_length_factor: 0.0,
@@ -122,6 +139,9 @@ impl TranslateOptions {
         if self.beam_size > 1024 || self.num_hypotheses > 1024 {
             return bad("beam_size and num_hypotheses must be at most 1024");
         }
+        if !(self.repetition_penalty > 0.0) || !self.repetition_penalty.is_finite() {
+            return bad("The repetition penalty must be a finite number > 0");
+        }
         if !(self.max_length_factor >= 0.0) || !self.max_length_factor.is_finite() {
             return bad("The maximum length factor must be a finite number >= 0");
         }
@@ -135,6 +155,12 @@ pub struct TranslationResult {
     pub hypotheses: Vec<Vec<String>>,
     /// Empty unless `return_scores` was set.
     pub scores: Vec<f32>,
+    /// Empty unless `return_attention` was set: per hypothesis, per target token, the
+    /// decoder's alignment attention over the source tokens as given (CTranslate2's: the
+    /// cross-attention probabilities of the model's alignment layer averaged over its
+    /// alignment heads, by default the last layer's first head; positions of added special
+    /// tokens removed, those cut by `max_input_length` zero).
+    pub attention: Vec<Vec<Vec<f32>>>,
 }
 
 /// A token greedy decoding just chose, as given to a token callback.
@@ -290,9 +316,15 @@ fn skip_translation(model: &dyn TranslationModel, source: &[String], prefix: &[S
     for t in hypothesis.iter_mut() {
         *t = vocab.token(vocab.id_or_unk(t)).to_string();
     }
+    let attention = match (options.return_attention, hypothesis.is_empty()) {
+        (false, _) => Vec::new(),
+        (true, true) => vec![Vec::new(); options.num_hypotheses],
+        (true, false) => vec![vec![vec![0.0; source.len()]; hypothesis.len()]; options.num_hypotheses],
+    };
     Some(TranslationResult {
         hypotheses: vec![hypothesis; options.num_hypotheses],
         scores: if options.return_scores { vec![0.0; options.num_hypotheses] } else { Vec::new() },
+        attention,
     })
 }
 
@@ -341,6 +373,18 @@ pub(crate) struct PreparedBatch {
     pub starts: Vec<StartTokens>,
     pub params: SearchParams,
     pub output_ids: Option<Vec<u32>>,
+    /// What becomes of the searches' attention (see `complete`).
+    attention: AttentionUse,
+}
+
+/// What a batch does with its hypotheses' attention: nothing (`None`), or return it and/or
+/// replace unknown tokens by the source tokens it points to (`sources`: those of `to_run`,
+/// as given).
+#[derive(Default)]
+struct AttentionUse {
+    sources: Option<Vec<Vec<String>>>,
+    return_attention: bool,
+    replace_unknowns: bool,
 }
 
 impl PreparedBatch {
@@ -404,6 +448,13 @@ impl PreparedBatch {
             disabled_ids: if options.disable_unk { vec![tv.unk_id()] } else { Vec::new() },
             end_ids,
             return_scores: options.return_scores,
+            repetition: RepetitionRules { penalty: options.repetition_penalty, no_repeat_ngram_size: options.no_repeat_ngram_size },
+            return_attention: options.return_attention || options.replace_unknowns,
+        };
+        let attention = AttentionUse {
+            sources: params.return_attention.then(|| sources.iter().map(|s| s.to_vec()).collect()),
+            return_attention: options.return_attention,
+            replace_unknowns: options.replace_unknowns,
         };
         // A vocabulary map's candidates are CTranslate2's as they are (the start and prefix
         // tokens in, a custom end token not: it then cannot end a hypothesis either).
@@ -420,7 +471,7 @@ impl PreparedBatch {
             ids.dedup();
             ids
         });
-        Ok(PreparedBatch { results, to_run, source_ids, starts, params, output_ids: vmap_ids.or(output_ids) })
+        Ok(PreparedBatch { results, to_run, source_ids, starts, params, output_ids: vmap_ids.or(output_ids), attention })
     }
 
     /// The sources of the examples `part` (indices into `to_run`), to be encoded as within
@@ -431,26 +482,65 @@ impl PreparedBatch {
     }
 
     /// The batch's results, with the hypotheses of the examples that ran (in `to_run`
-    /// order) as tokens, end tokens removed.
+    /// order) as tokens, end tokens removed (and their attention), the attention over the
+    /// source tokens as given, unknown tokens replaced where asked (as CTranslate2 does).
     pub fn complete(mut self, m: &dyn TranslationModel, hyps: Vec<Hypotheses>) -> Vec<TranslationResult> {
-        let tv = m.target_vocabulary();
+        let (tv, cfg) = (m.target_vocabulary(), m.special_tokens());
+        let unk = tv.token(tv.unk_id());
         let end_ids = &self.params.end_ids;
-        for (&i, h) in self.to_run.iter().zip(hyps) {
-            self.results[i] = TranslationResult {
-                hypotheses: h
-                    .ids
-                    .into_iter()
-                    .map(|mut ids| {
-                        while ids.last().is_some_and(|id| end_ids.contains(id)) {
-                            ids.pop();
+        for (slot, (&i, h)) in self.to_run.iter().zip(hyps).enumerate() {
+            let mut attention = h.attention;
+            let mut hypotheses = Vec::with_capacity(h.ids.len());
+            for (k, mut ids) in h.ids.into_iter().enumerate() {
+                let mut vectors = attention.get_mut(k);
+                while ids.last().is_some_and(|id| end_ids.contains(id)) {
+                    ids.pop();
+                    vectors.as_mut().map(|a| a.pop());
+                }
+                let mut tokens: Vec<String> = ids.into_iter().map(|id| tv.token(id).to_string()).collect();
+                if let (Some(vectors), Some(sources)) = (vectors, &self.attention.sources) {
+                    let source = &sources[slot];
+                    for v in vectors.iter_mut() {
+                        // Positions of the special tokens the model adds go; positions cut
+                        // by max_input_length come back as zeros.
+                        if cfg.add_source_bos && !v.is_empty() {
+                            v.remove(0);
                         }
-                        ids.into_iter().map(|id| tv.token(id).to_string()).collect()
-                    })
-                    .collect(),
-                scores: h.scores,
-            };
+                        if cfg.add_source_eos {
+                            v.pop();
+                        }
+                        v.resize(source.len(), 0.0);
+                    }
+                    if self.attention.replace_unknowns {
+                        replace_unknowns(&mut tokens, vectors, source, unk);
+                    }
+                }
+                hypotheses.push(tokens);
+            }
+            if !self.attention.return_attention {
+                attention.clear();
+            }
+            self.results[i] = TranslationResult { hypotheses, scores: h.scores, attention };
         }
         self.results
+    }
+}
+
+/// CTranslate2's `replace_unknowns`: each unknown token of `tokens` becomes the source token
+/// its attention vector points to most (the first of equal maxima).
+// `!(w > b)` on purpose: as `std::max_element`, a NaN never takes the place of the best.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+fn replace_unknowns(tokens: &mut [String], attention: &[Vec<f32>], source: &[String], unk: &str) {
+    for (token, weights) in tokens.iter_mut().zip(attention) {
+        if token == unk {
+            let best = weights.iter().enumerate().fold(None, |best: Option<(usize, f32)>, (j, &w)| match best {
+                Some((_, b)) if !(w > b) => best,
+                _ => Some((j, w)),
+            });
+            if let Some(word) = best.and_then(|(j, _)| source.get(j)) {
+                *token = word.clone();
+            }
+        }
     }
 }
 
@@ -518,6 +608,10 @@ mod tests {
             TranslateOptions { patience: 0.0, ..ok.clone() },
             TranslateOptions { max_decoding_length: 0, ..ok.clone() },
             TranslateOptions { min_decoding_length: 300, ..ok.clone() },
+            TranslateOptions { repetition_penalty: 0.0, ..ok.clone() },
+            TranslateOptions { repetition_penalty: -1.5, ..ok.clone() },
+            TranslateOptions { repetition_penalty: f32::NAN, ..ok.clone() },
+            TranslateOptions { repetition_penalty: f32::INFINITY, ..ok.clone() },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }

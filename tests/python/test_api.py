@@ -186,6 +186,7 @@ def test_raw_defaults_and_result_accessors(tolk, sinusoid):
             o.min_decoding_length, o.max_batch_size, o.batch_type) == (2, 1, 1024, 256, 1, 0, 0)
     assert o.patience == 1.0 and o.length_penalty == 1.0
     assert not o.return_scores and not o.disable_unk and o.end_token is None
+    assert o.repetition_penalty == 1.0 and o.no_repeat_ngram_size == 0
 
     with tolk.Model(sinusoid.path) as model, tolk.Translator(model) as tr:
         keep = []
@@ -272,6 +273,8 @@ def test_bad_device(tolk, sinusoid):
         dict(max_decoding_length=0),
         dict(min_decoding_length=10, max_decoding_length=5),
         dict(end_token="NOT_IN_THE_VOCABULARY"),
+        dict(repetition_penalty=0.0),
+        dict(repetition_penalty=-1.0),
     ],
     ids=lambda kw: ",".join("%s=%s" % kv for kv in kw.items()),
 )
@@ -651,7 +654,8 @@ def test_progress_struct_fields(tolk):
     at = names.index("batch_type")
     assert names[at:] == ["batch_type", "progress", "progress_user_data", "max_length_factor", "use_shortlist",
                           "on_token", "on_token_user_data", "use_vmap", "kv_cache_type",
-                          "max_decoding_memory_mb"]
+                          "max_decoding_memory_mb", "repetition_penalty", "no_repeat_ngram_size",
+                          "return_attention", "replace_unknowns"]
     assert not o.progress and o.progress_user_data is None and not o.use_vmap and o.kv_cache_type is None
     assert o.max_decoding_memory_mb == tolk.DECODING_MEMORY_AUTO == 0xFFFFFFFF  # the header's TOLK_DECODING_MEMORY_AUTO
     assert tolk.TolkTranslateOptions.progress.offset % ctypes.alignment(ctypes.c_void_p) == 0

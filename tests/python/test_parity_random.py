@@ -49,6 +49,17 @@ OPTION_SETS = {
     "beam4_batch7_examples": dict(beam_size=4, max_batch_size=7, batch_type="examples", return_scores=True),
     "greedy_batch7_tokens": dict(beam_size=1, max_batch_size=7, batch_type="tokens", return_scores=True),
     "beam4_batch40_tokens": dict(beam_size=4, max_batch_size=40, batch_type="tokens", return_scores=True),
+    # Repetition rules (random models repeat themselves a lot, so these bite).
+    "greedy_repetition1.5": dict(beam_size=1, repetition_penalty=1.5, return_scores=True),
+    "greedy_repetition0.7_fused": dict(beam_size=1, repetition_penalty=0.7),
+    "beam4_repetition1.3": dict(beam_size=4, repetition_penalty=1.3, num_hypotheses=2, return_scores=True),
+    "greedy_no_repeat1": dict(beam_size=1, no_repeat_ngram_size=1, return_scores=True),
+    "greedy_no_repeat2_batch7": dict(beam_size=1, no_repeat_ngram_size=2, max_batch_size=7, return_scores=True),
+    "beam4_no_repeat3": dict(beam_size=4, no_repeat_ngram_size=3, return_scores=True),
+    "beam4_prefix_repetition_no_repeat2": dict(beam_size=4, repetition_penalty=1.2, no_repeat_ngram_size=2,
+                                               target_prefix="@random", return_scores=True),
+    "greedy_prefix_min5_no_repeat1": dict(beam_size=1, no_repeat_ngram_size=1, min_decoding_length=5,
+                                          target_prefix="@random", return_scores=True),
 }
 
 
@@ -222,3 +233,35 @@ def test_quantized_compute_agreement(model_name, compute_type, random_models, se
                    % (compute_type, model_name, beam, same, total, 100.0 * same / total,
                       ct2_oracle.describe(compute_type)))
             assert same >= 0.9 * total, "\n".join(msgs)
+
+
+def _ngrams(tokens, n):
+    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+
+
+@pytest.mark.parametrize("model_name", MODEL_NAMES)
+def test_repetition_rules_bite(model_name, random_models, sentences, tolk_translators):
+    """Guards the repetition option sets above: on these models the rules change many
+    outputs, a hypothesis never holds an n-gram twice with no_repeat_ngram_size n (its
+    prefix included), and a penalty above 1 leaves fewer repeated tokens."""
+    info = random_models[model_name]
+    sents = sentences[model_name]
+    prefix = [[info.start_token] for _ in sents] if info.requires_prefix else None
+    tr = tolk_translators(model_name)
+    skip = 1 if info.requires_prefix else 0  # the forced start token is not generated
+
+    def hyps(**kw):
+        res = tr.translate_batch(sents, target_prefix=prefix, max_decoding_length=60, **kw)
+        return [r.hypotheses[0][skip:] for r in res]
+
+    plain = hyps(beam_size=1)
+    for n, beam in [(1, 1), (2, 1), (2, 4), (3, 4)]:
+        got = hyps(beam_size=beam, no_repeat_ngram_size=n)
+        for h in got:
+            grams = _ngrams(h, n)
+            assert len(grams) == len(set(grams)), (n, beam, h)
+        if n <= 2 and beam == 1:
+            assert sum(a != b for a, b in zip(plain, got)) >= len(sents) // 5, (n, beam)
+    repeats = lambda hs: sum(len(h) - len(set(h)) for h in hs)  # noqa: E731
+    penalized = hyps(beam_size=1, repetition_penalty=3.0)
+    assert repeats(penalized) < repeats(plain), (repeats(penalized), repeats(plain))

@@ -186,3 +186,36 @@ def test_zh_en_parity(beam_size, request, zh_en_model, zh_source, zh_references,
         assert tolk_as_f32 >= ct2_as_f32, oracle_line
     if bleu is not None and compute_type != "float32":
         assert abs(bleu[1] - bleu[0]) <= 0.3 + 30.0 / total, line
+
+
+# CTranslate2's repetition rules on the real model, float32 (the compute type whose output
+# is CTranslate2's sentence for sentence on every machine): (beam size, options).
+REPETITION_CASES = [
+    (1, dict(repetition_penalty=1.3)),
+    (1, dict(no_repeat_ngram_size=2, return_scores=True)),
+    (4, dict(repetition_penalty=1.2, no_repeat_ngram_size=3, return_scores=True)),
+]
+
+
+@pytest.mark.parametrize("beam_size,options", REPETITION_CASES)
+def test_zh_en_repetition_rules(beam_size, options, request, zh_en_model, zh_source, zh_ct2, zh_tolk,
+                                ctranslate2, compute_type):
+    if compute_type != "float32":
+        pytest.skip("checked in float32, whose output is CTranslate2's on every machine")
+    source = zh_source[:48]
+    kwargs = dict(beam_size=beam_size, max_batch_size=16, **options)
+    expected, _, _ = _ct2_reference(request, zh_en_model, zh_ct2.translate_batch, ctranslate2, source, kwargs,
+                                    compute_type)
+    got = zh_tolk.translate_batch(source, **kwargs)
+    plain = zh_tolk.translate_batch(source, beam_size=beam_size, max_batch_size=16)
+    same = sum(1 for e, g in zip(expected, got) if e.hypotheses == g.hypotheses)
+    changed = sum(1 for p, g in zip(plain, got) if p.hypotheses != g.hypotheses)
+    line = ("zh-en float32 beam %d %r: %d/%d token-identical to CTranslate2, %d changed by the rules"
+            % (beam_size, options, same, len(source), changed))
+    report(line)
+    assert same >= 0.98 * len(source), line
+    assert changed >= 3, line  # the rules did something on these verses
+    if options.get("return_scores"):
+        for e, g in zip(expected, got):
+            if e.hypotheses == g.hypotheses:
+                assert all(abs(a - b) <= 1e-3 for a, b in zip(e.scores, g.scores)), (e.scores, g.scores)

@@ -278,7 +278,10 @@ def test_random_models_with_vmap(model_name, random_models, ctranslate2, tolk, t
     ct2 = ctranslate2.Translator(model, device="cpu", compute_type="float32", intra_threads=1)
     prefix = [[info.start_token] for _ in sents] if info.requires_prefix else None
     options = [dict(beam_size=1), dict(beam_size=4, num_hypotheses=2), dict(beam_size=1, min_decoding_length=5),
-               dict(beam_size=2, disable_unk=True)]
+               dict(beam_size=2, disable_unk=True),
+               # Repetition rules index the restricted output's columns (the prefix included).
+               dict(beam_size=4, repetition_penalty=1.4, no_repeat_ngram_size=2),
+               dict(beam_size=1, no_repeat_ngram_size=1)]
     if info.config.tgt_special_offset == 0 and not info.requires_prefix:
         # Several batches: the special tokens keep their columns (see above).
         options += [dict(beam_size=2, max_batch_size=7), dict(beam_size=1, max_batch_size=40, batch_type="tokens")]

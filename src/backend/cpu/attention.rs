@@ -549,6 +549,46 @@ pub fn attend_row_padded(
     ) -> ())
 }
 
+/// CTranslate2's alignment attention of one decoder query row: its attention
+/// probabilities over `len` keys (padded to `padded` as in `attend_row_padded`) averaged
+/// over heads `0..heads`, into `out[..len]`. The scores are those `attend_row_padded`
+/// normalizes; only the heads asked for are computed.
+#[allow(clippy::too_many_arguments)]
+pub fn alignment_weights(query: &[f32], keys: KvView, len: usize, padded: usize, heads: usize, head_dim: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+    let padded = padded.max(len);
+    scores.resize(heads * len, 0.0);
+    // (The dispatch returns from here: it comes last.)
+    dispatch_isa!(alignment_weights_generic(
+        query: &[f32],
+        keys: KvView,
+        len: usize,
+        padded: usize,
+        heads: usize,
+        head_dim: usize,
+        scale: f32,
+        scores: &mut [f32],
+        out: &mut [f32]
+    ) -> ())
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn alignment_weights_generic(query: &[f32], keys: KvView, len: usize, padded: usize, heads: usize, head_dim: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) {
+    // The keys' view stands in for the values', which only the prefetcher reads.
+    key_scores(query, &keys, &keys, len, heads, head_dim, scale, true, padded, scores);
+    scores.chunks_exact_mut(len.max(1)).for_each(ops::softmax);
+    let out = &mut out[..len];
+    out.fill(0.0);
+    for head in scores.chunks_exact(len.max(1)).take(heads) {
+        for (o, &p) in out.iter_mut().zip(head) {
+            *o += p;
+        }
+    }
+    if heads > 1 {
+        out.iter_mut().for_each(|o| *o /= heads as f32);
+    }
+}
+
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn attend_row_generic(

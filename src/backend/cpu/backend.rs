@@ -4,7 +4,7 @@
 //! ([`FloatOrder`]), which is what keeps Tolk's outputs identical to theirs.
 use std::sync::Arc;
 
-use super::attention::{attend_row, attend_row_padded, attend_row_sequential, attend_rows, prefetch_rows, KvView};
+use super::attention::{alignment_weights, attend_row, attend_row_padded, attend_row_sequential, attend_rows, prefetch_rows, KvView};
 use super::int16::PackedI16Matrix;
 use super::int8::PackedI8Matrix;
 use super::isa;
@@ -337,6 +337,49 @@ impl Backend for CpuBackend {
                 r += rows;
             }
         });
+    }
+
+    fn gives_attention_weights(&self) -> bool {
+        true
+    }
+
+    fn memory_attention_weights(
+        &self,
+        _ctx: &Ctx,
+        query: &Vec<f32>,
+        memory_kv: &CpuMemoryKv,
+        kv: KvCacheType,
+        memory: &SequenceLayout,
+        row_example: &[usize],
+        shape: AttentionShape,
+        heads: usize,
+    ) -> Option<Vec<Vec<f32>>> {
+        let AttentionShape { num_heads, dim: d, .. } = shape;
+        let head_dim = d / num_heads;
+        let (scale, heads) = (1.0 / (head_dim as f32).sqrt(), heads.clamp(1, num_heads));
+        let mut scores = Vec::new();
+        let weights = row_example
+            .iter()
+            .enumerate()
+            .map(|(r, &ex)| {
+                let (mem, len) = (memory_kv.example(ex), memory.lengths[ex]);
+                let mut out = vec![0.0; len];
+                let mut weigh = |mem: &[f32]| {
+                    let q = &query[r * d..(r + 1) * d];
+                    alignment_weights(q, KvView::contiguous(&mem, 2 * d, 0), len, memory.padded[ex], heads, head_dim, scale, &mut scores, &mut out)
+                };
+                if kv == KvCacheType::Float32 {
+                    weigh(mem);
+                } else {
+                    with_widened(|wide| {
+                        KvCodec::new(kv, head_dim).decode_rows(mem, len, 2 * d, wide);
+                        weigh(wide)
+                    });
+                }
+                out
+            })
+            .collect();
+        Some(weights)
     }
 
     fn ssru(&self, cells: &mut Vec<f32>, input: &Vec<f32>, forget: &Vec<f32>, out: &mut Vec<f32>) {
