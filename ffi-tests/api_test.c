@@ -367,6 +367,33 @@ static void test_attention(TolkModel *model) {
     CHECK(values == NULL && rows == 0 && columns == 0);
     tolk_result_free(result);
 
+    /* return_end_token: a finished hypothesis ends with the end token. */
+    opts.replace_unknowns = false;
+    opts.return_end_token = true;
+    opts.max_decoding_length = 40;
+    result = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result), TOLK_OK);
+    CHECK_STATUS(tolk_result_hypothesis(result, 0, 0, &tokens, &n, NULL), TOLK_OK);
+    CHECK(n > 0 && (n == 40 || strcmp(tokens[n - 1], "</s>") == 0));
+    tolk_result_free(result);
+    opts.return_end_token = false;
+
+    /* suppress_sequences: tokens must be in the target vocabulary; NULL arrays with a count
+       are refused. */
+    const char *bad_token[] = {"not-a-target-token"};
+    const char *const *sequences[] = {bad_token};
+    size_t sequence_lengths[] = {1};
+    opts.suppress_sequences = sequences;
+    opts.suppress_sequence_lengths = sequence_lengths;
+    opts.num_suppress_sequences = 1;
+    result = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(result == NULL && strstr(tolk_last_error(), "not in the vocabulary") != NULL);
+    opts.suppress_sequences = NULL;
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result), TOLK_ERROR_NULL_POINTER);
+    opts.num_suppress_sequences = 0;
+    opts.suppress_sequence_lengths = NULL;
+
     /* A repetition penalty must be > 0. */
     opts.repetition_penalty = 0.0f;
     result = NULL;

@@ -419,6 +419,35 @@ typedef struct TolkTranslateOptions {
    * (CTranslate2's replace_unknowns; default false). CPU only.
    */
   bool replace_unknowns;
+  /**
+   * Token sequences no hypothesis may contain (CTranslate2's suppress_sequences):
+   * `num_suppress_sequences` arrays, `suppress_sequences[i]` of
+   * `suppress_sequence_lengths[i]` target tokens (NULL and 0: none). A single token is
+   * never generated, a longer sequence's last token not after the others; a token
+   * outside the target vocabulary is an error (but the unknown token itself).
+   */
+  const char *const *const *suppress_sequences;
+  const size_t *suppress_sequence_lengths;
+  size_t num_suppress_sequences;
+  /**
+   * Keep the end token at the end of the hypotheses that produced it (CTranslate2's
+   * return_end_token; default false; text results never show it).
+   */
+  bool return_end_token;
+  /**
+   * CTranslate2's random sampling (beam_size 1 and num_hypotheses 1 only): the next
+   * token is drawn among the sampling_topk best (0 = all; default 1 = the arg-max, no
+   * sampling) from their softmax at sampling_temperature (default 1; 0 = the arg-max),
+   * cut to the most probable whose probabilities sum to sampling_topp (default 1).
+   */
+  uint32_t sampling_topk;
+  float sampling_topp;
+  float sampling_temperature;
+  /**
+   * Seed of the sampling: the same seed gives the same samples however the call is
+   * batched or threaded; 0 (default) = a new seed each call.
+   */
+  uint64_t sampling_seed;
 } TolkTranslateOptions;
 
 /**

@@ -231,6 +231,18 @@ class TolkTranslateOptions(ctypes.Structure):
         ("return_attention", ctypes.c_bool),
         # Replace generated unknown tokens by the source token attended to most; CPU only.
         ("replace_unknowns", ctypes.c_bool),
+        # Token sequences no hypothesis may contain: arrays of tokens, their lengths, count.
+        ("suppress_sequences", ctypes.POINTER(ctypes.POINTER(ctypes.c_char_p))),
+        ("suppress_sequence_lengths", ctypes.POINTER(ctypes.c_size_t)),
+        ("num_suppress_sequences", ctypes.c_size_t),
+        # Keep the end token at the end of the hypotheses that produced it.
+        ("return_end_token", ctypes.c_bool),
+        # Random sampling (greedy search): among the topk best (0 = all, 1 = none), at a
+        # temperature, cut to a cumulative probability topp; seed 0 = new each call.
+        ("sampling_topk", ctypes.c_uint32),
+        ("sampling_topp", ctypes.c_float),
+        ("sampling_temperature", ctypes.c_float),
+        ("sampling_seed", ctypes.c_uint64),
     ]
 
 
@@ -1128,8 +1140,14 @@ class Translator:
         disable_unk: Optional[bool] = None,
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
+        sampling_topk: int = 1,
+        sampling_topp: float = 1.0,
+        sampling_temperature: float = 1.0,
+        sampling_seed: Optional[int] = None,
         return_attention: bool = False,
         replace_unknowns: bool = False,
+        suppress_sequences: Optional[Sequence[Sequence[str]]] = None,
+        return_end_token: bool = False,
         max_batch_size: Optional[int] = None,
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
@@ -1157,7 +1175,14 @@ class Translator:
         ``repetition_penalty`` and ``no_repeat_ngram_size`` are CTranslate2's: the logits of
         tokens a hypothesis already holds (its target prefix included) are divided by the
         penalty (multiplied where negative; 1 = off), and no hypothesis holds an n-gram of
-        that size twice (0 = off).
+        that size twice (0 = off). So are ``suppress_sequences`` (token lists no hypothesis
+        may contain), ``return_end_token``, ``return_attention`` (``result.attention``:
+        per hypothesis and token, the attention over the source tokens) and
+        ``replace_unknowns`` (an unknown target token becomes the source token it attends
+        to most); the last two on the CPU only. ``sampling_topk`` (0 = all tokens, 1 = no
+        sampling), ``sampling_topp`` and ``sampling_temperature`` are CTranslate2's random
+        sampling (``beam_size=1``, one hypothesis); ``sampling_seed`` (not a CTranslate2
+        argument) makes a call's samples repeatable, however it is batched.
 
         ``kv_cache_type`` (not a CTranslate2 argument) is how decoding keeps attention keys
         and values, most of its memory: ``"float32"`` (``None``: CTranslate2's results),
@@ -1175,7 +1200,10 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp, sampling_temperature=sampling_temperature,
+            sampling_seed=sampling_seed,
             return_attention=return_attention, replace_unknowns=replace_unknowns,
+            suppress_sequences=suppress_sequences, return_end_token=return_end_token,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
             use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
             max_decoding_memory_mb=max_decoding_memory_mb)
@@ -1220,7 +1248,9 @@ class Translator:
                          disable_unk=None, max_batch_size=None, batch_type="examples",
                          max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None,
                          max_decoding_memory_mb=None, repetition_penalty=1.0, no_repeat_ngram_size=0,
-                         return_attention=False, replace_unknowns=False):
+                         return_attention=False, replace_unknowns=False, suppress_sequences=None,
+                         return_end_token=False, sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0,
+                         sampling_seed=None):
         """Checks a token batch and builds its C arguments: (keep, options, (sources,
         source lengths, count, prefixes, prefix lengths), callback wrappers)."""
         if self.closed:
@@ -1244,7 +1274,10 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp, sampling_temperature=sampling_temperature,
+            sampling_seed=sampling_seed,
             return_attention=return_attention, replace_unknowns=replace_unknowns,
+            suppress_sequences=suppress_sequences, return_end_token=return_end_token,
             max_batch_size=max_batch_size, batch_type=batch_type,
             max_length_factor=max_length_factor, use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
             max_decoding_memory_mb=max_decoding_memory_mb)
@@ -1261,7 +1294,9 @@ class Translator:
                            min_decoding_length, end_token, disable_unk, max_batch_size,
                            batch_type, max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None,
                            max_decoding_memory_mb=None, repetition_penalty=1.0, no_repeat_ngram_size=0,
-                           return_attention=False, replace_unknowns=False):
+                           return_attention=False, replace_unknowns=False, suppress_sequences=None,
+                           return_end_token=False, sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0,
+                           sampling_seed=None):
         if batch_type not in BATCH_TYPES:
             raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
         # The model's defaults (a Marian package's beam size, length factor, ...); None
@@ -1291,6 +1326,21 @@ class Translator:
         opts.no_repeat_ngram_size = int(no_repeat_ngram_size)
         opts.return_attention = bool(return_attention)
         opts.replace_unknowns = bool(replace_unknowns)
+        if suppress_sequences:
+            if isinstance(suppress_sequences, (str, bytes)):
+                raise TypeError("suppress_sequences must be a list of token lists")
+            sequences = [list(seq) for seq in suppress_sequences]
+            opts.suppress_sequences, opts.suppress_sequence_lengths = self._token_arrays(sequences, keep, allow_none=False)
+            opts.num_suppress_sequences = len(sequences)
+        opts.return_end_token = bool(return_end_token)
+        if int(sampling_topk) < 0:
+            raise ValueError("sampling_topk must be >= 0, got %r" % (sampling_topk,))
+        opts.sampling_topk = int(sampling_topk)
+        opts.sampling_topp = float(sampling_topp)
+        opts.sampling_temperature = float(sampling_temperature)
+        if sampling_seed is not None and not 0 < int(sampling_seed) < 2 ** 64:
+            raise ValueError("sampling_seed must be in [1, 2**64), got %r" % (sampling_seed,))
+        opts.sampling_seed = 0 if sampling_seed is None else int(sampling_seed)
         if max_batch_size is not None:
             opts.max_batch_size = int(max_batch_size)
         opts.batch_type = BATCH_TYPES[batch_type]
@@ -1324,7 +1374,12 @@ class Translator:
         disable_unk: Optional[bool] = None,
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
+        sampling_topk: int = 1,
+        sampling_topp: float = 1.0,
+        sampling_temperature: float = 1.0,
+        sampling_seed: Optional[int] = None,
         replace_unknowns: bool = False,
+        suppress_sequences: Optional[Sequence[Sequence[str]]] = None,
         max_batch_size: Optional[int] = None,
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
@@ -1379,7 +1434,9 @@ class Translator:
             max_input_length=max_input_length, max_decoding_length=max_decoding_length,
             min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
             repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-            replace_unknowns=replace_unknowns,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp, sampling_temperature=sampling_temperature,
+            sampling_seed=sampling_seed,
+            replace_unknowns=replace_unknowns, suppress_sequences=suppress_sequences,
             max_batch_size=max_batch_size, batch_type=batch_type, max_length_factor=max_length_factor,
             use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
             max_decoding_memory_mb=max_decoding_memory_mb, split=split, max_sentence_tokens=max_sentence_tokens)
@@ -1441,7 +1498,8 @@ class Translator:
                         max_decoding_length=256, min_decoding_length=None, end_token=None,
                         disable_unk=None, max_batch_size=None, batch_type="examples",
                         max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None, max_decoding_memory_mb=None, split="sentences",
-                        repetition_penalty=1.0, no_repeat_ngram_size=0, replace_unknowns=False,
+                        repetition_penalty=1.0, no_repeat_ngram_size=0, replace_unknowns=False, suppress_sequences=None,
+                        sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0, sampling_seed=None,
                         max_sentence_tokens=128):
         """Checks texts and builds their C arguments."""
         if self.closed:
@@ -1473,7 +1531,10 @@ class Translator:
             disable_unk=disable_unk,
             repetition_penalty=repetition_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp, sampling_temperature=sampling_temperature,
+            sampling_seed=sampling_seed,
             replace_unknowns=replace_unknowns,
+            suppress_sequences=suppress_sequences,
             max_batch_size=max_batch_size,
             batch_type=batch_type,
             max_length_factor=max_length_factor,
@@ -1605,7 +1666,12 @@ class Translator:
         disable_unk: Optional[bool] = None,
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
+        sampling_topk: int = 1,
+        sampling_topp: float = 1.0,
+        sampling_temperature: float = 1.0,
+        sampling_seed: Optional[int] = None,
         replace_unknowns: bool = False,
+        suppress_sequences: Optional[Sequence[Sequence[str]]] = None,
         max_batch_size: Optional[int] = None,
         batch_type: str = "examples",
         max_length_factor: Optional[float] = None,
@@ -1651,7 +1717,10 @@ class Translator:
             disable_unk=disable_unk,
             repetition_penalty=repetition_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size,
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp, sampling_temperature=sampling_temperature,
+            sampling_seed=sampling_seed,
             replace_unknowns=replace_unknowns,
+            suppress_sequences=suppress_sequences,
             max_batch_size=max_batch_size,
             batch_type=batch_type,
             max_length_factor=max_length_factor,

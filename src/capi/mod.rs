@@ -220,6 +220,27 @@ pub struct TolkTranslateOptions {
     /// Replace each generated unknown token by the source token it attends to most
     /// (CTranslate2's replace_unknowns; default false). CPU only.
     pub replace_unknowns: bool,
+    /// Token sequences no hypothesis may contain (CTranslate2's suppress_sequences):
+    /// `num_suppress_sequences` arrays, `suppress_sequences[i]` of
+    /// `suppress_sequence_lengths[i]` target tokens (NULL and 0: none). A single token is
+    /// never generated, a longer sequence's last token not after the others; a token
+    /// outside the target vocabulary is an error (but the unknown token itself).
+    pub suppress_sequences: *const *const *const c_char,
+    pub suppress_sequence_lengths: *const usize,
+    pub num_suppress_sequences: usize,
+    /// Keep the end token at the end of the hypotheses that produced it (CTranslate2's
+    /// return_end_token; default false; text results never show it).
+    pub return_end_token: bool,
+    /// CTranslate2's random sampling (beam_size 1 and num_hypotheses 1 only): the next
+    /// token is drawn among the sampling_topk best (0 = all; default 1 = the arg-max, no
+    /// sampling) from their softmax at sampling_temperature (default 1; 0 = the arg-max),
+    /// cut to the most probable whose probabilities sum to sampling_topp (default 1).
+    pub sampling_topk: u32,
+    pub sampling_topp: f32,
+    pub sampling_temperature: f32,
+    /// Seed of the sampling: the same seed gives the same samples however the call is
+    /// batched or threaded; 0 (default) = a new seed each call.
+    pub sampling_seed: u64,
 }
 
 /// See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
@@ -337,7 +358,8 @@ versioned!(TolkTranslateOptions {
     struct_size, beam_size, patience, length_penalty, num_hypotheses, return_scores, max_input_length,
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
     progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data, use_vmap, kv_cache_type,
-    max_decoding_memory_mb, repetition_penalty, no_repeat_ngram_size, return_attention, replace_unknowns
+    max_decoding_memory_mb, repetition_penalty, no_repeat_ngram_size, return_attention, replace_unknowns, suppress_sequences,
+    suppress_sequence_lengths, num_suppress_sequences, return_end_token, sampling_topk, sampling_topp, sampling_temperature, sampling_seed
 });
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
@@ -710,6 +732,15 @@ fn c_options(d: &TranslateOptions) -> TolkTranslateOptions {
         no_repeat_ngram_size: d.no_repeat_ngram_size.min(u32::MAX as usize) as u32,
         return_attention: d.return_attention,
         replace_unknowns: d.replace_unknowns,
+        // The translator's defaults suppress nothing.
+        suppress_sequences: ptr::null(),
+        suppress_sequence_lengths: ptr::null(),
+        num_suppress_sequences: 0,
+        return_end_token: d.return_end_token,
+        sampling_topk: d.sampling_topk.min(u32::MAX as usize) as u32,
+        sampling_topp: d.sampling_topp,
+        sampling_temperature: d.sampling_temperature,
+        sampling_seed: d.sampling_seed.unwrap_or(0),
     }
 }
 
@@ -731,7 +762,7 @@ impl Progress {
 unsafe fn read_translate_options(
     translator: &TolkTranslator,
     options: *const TolkTranslateOptions,
-) -> Result<(TranslateOptions, Progress, TokenSink), Error> {
+) -> Result<(TranslateOptions, Progress, TokenSink), Failure> {
     let default_options = translator.translator.default_options();
     let defaults = c_options(&default_options);
     let o = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
@@ -740,7 +771,7 @@ unsafe fn read_translate_options(
     let batch_type = match o.batch_type {
         0 => BatchType::Examples,
         1 => BatchType::Tokens,
-        other => return Err(Error::invalid_argument(format!("unknown batch_type {other}"))),
+        other => return Err(Error::invalid_argument(format!("unknown batch_type {other}")).into()),
     };
     let options = TranslateOptions {
         beam_size: o.beam_size as usize,
@@ -757,6 +788,18 @@ unsafe fn read_translate_options(
         no_repeat_ngram_size: o.no_repeat_ngram_size as usize,
         return_attention: o.return_attention,
         replace_unknowns: o.replace_unknowns,
+        suppress_sequences: read_token_batch(
+            o.suppress_sequences,
+            o.suppress_sequence_lengths,
+            o.num_suppress_sequences,
+            "suppress_sequences",
+            "suppress_sequence_lengths",
+        )?,
+        return_end_token: o.return_end_token,
+        sampling_topk: o.sampling_topk as usize,
+        sampling_topp: o.sampling_topp,
+        sampling_temperature: o.sampling_temperature,
+        sampling_seed: (o.sampling_seed != 0).then_some(o.sampling_seed),
         max_batch_size: o.max_batch_size as usize,
         batch_type,
         max_length_factor: o.max_length_factor,

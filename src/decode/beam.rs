@@ -202,9 +202,9 @@ pub fn beam_continuous(
             })
             .collect();
         // Repetition rules change the logits, so they need them written out.
-        let repetition: Vec<(&[u32], RepetitionRules)> = alive
+        let repetition: Vec<(&[u32], &RepetitionRules)> = alive
             .iter()
-            .flat_map(|&ex| std::iter::repeat_n(groups.params(examples[ex].group).repetition, rows_of(&examples[ex])))
+            .flat_map(|&ex| std::iter::repeat_n(&groups.params(examples[ex].group).repetition, rows_of(&examples[ex])))
             .zip(sequences.iter())
             .map(|(rules, tokens)| (&tokens[..], rules))
             .collect();

@@ -8,7 +8,7 @@
 //! exactly as it would be on its own.
 use super::{
     apply_repetition_rules, disable, finalize, map_rows, one_batch, target_id, Attention, ContinuousSearch, DecoderSession, Groups, Hypotheses,
-    OutputColumns, RepetitionRules, SearchObserver, SearchParams, StartTokens,
+    OutputColumns, RepetitionRules, Rng, Sampling, SearchObserver, SearchParams, StartTokens,
 };
 use std::sync::Arc;
 use crate::backend::cpu::ops;
@@ -39,6 +39,22 @@ fn best_of_rows(ctx: &Ctx, logits: &mut [f32], vocab: usize, disabled: &[&[u32]]
     });
 }
 
+/// Each row's token drawn by its `sampling` (`Some`: CTranslate2's random sampling, after
+/// its `disabled` columns are set to `f32::MIN`) or its arg-max, into `best` as
+/// `best_of_rows` gives them. Row by row: each draw moves its example's generator.
+#[allow(clippy::too_many_arguments)]
+fn sample_rows(logits: &mut [f32], vocab: usize, disabled: &[&[u32]], scored: &[bool], sampling: &[Option<Sampling>], rngs: &mut [Rng], best: &mut Vec<(usize, f32)>) {
+    best.clear();
+    for (r, row) in logits.chunks_exact_mut(vocab).enumerate() {
+        disable(row, disabled[r]);
+        let column = match sampling[r] {
+            Some(s) => s.draw(row, &mut rngs[r]),
+            None => ops::argmax(row).0,
+        };
+        best.push((column, if scored[r] { row[column] - ops::log_sum_exp(row) } else { row[column] }));
+    }
+}
+
 /// One example being decoded.
 struct Example {
     group: usize,
@@ -56,9 +72,10 @@ struct Example {
 struct Live {
     examples: Vec<Example>,
     groups: Groups,
-    /// Which example each row decodes, and its last token.
+    /// Which example each row decodes, its last token and its sampling's generator.
     alive: Vec<usize>,
     inputs: Vec<u32>,
+    rngs: Vec<Rng>,
 }
 
 impl Live {
@@ -67,6 +84,7 @@ impl Live {
         for start in starts {
             self.alive.push(self.examples.len());
             self.inputs.push(start.start);
+            self.rngs.push(Rng::new(start.seed));
             self.examples.push(Example { group, start, tokens: Vec::new(), score: 0.0, attention: Vec::new(), step: 0 });
         }
     }
@@ -91,7 +109,7 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
         if let Some((starts, params)) = search.next_group(ctx, decoder, live.alive.len()) {
             live.join(starts, params, search);
         }
-        let Live { examples, groups, alive, inputs } = &mut live;
+        let Live { examples, groups, alive, inputs, rngs } = &mut live;
         if alive.is_empty() {
             break;
         }
@@ -100,10 +118,12 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
         let mut masks: Vec<&[u32]> = alive.iter().map(|&ex| masked(examples[ex].step, groups.params(examples[ex].group))).collect();
         let scored: Vec<bool> = alive.iter().map(|&ex| groups.params(examples[ex].group).return_scores).collect();
         // Repetition rules change the logits, so they need them written out.
-        let repetition: Vec<(&[u32], RepetitionRules)> =
-            alive.iter().map(|&ex| (&examples[ex].tokens[..], groups.params(examples[ex].group).repetition)).collect();
+        let repetition: Vec<(&[u32], &RepetitionRules)> =
+            alive.iter().map(|&ex| (&examples[ex].tokens[..], &groups.params(examples[ex].group).repetition)).collect();
         let repeating = repetition.iter().any(|(_, rules)| rules.is_active());
-        let fused = if scored.contains(&true) || repeating {
+        let sampling: Vec<Option<Sampling>> = alive.iter().map(|&ex| groups.params(examples[ex].group).sampling).collect();
+        let sampled = sampling.iter().any(Option::is_some);
+        let fused = if scored.contains(&true) || repeating || sampled {
             decoder.step(ctx, inputs, &mut logits);
             false
         } else {
@@ -115,7 +135,11 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
             if repeating {
                 masks = disabled.iter().map(Vec::as_slice).collect();
             }
-            best_of_rows(ctx, rows, vocab, &masks, &scored, &mut best);
+            if sampled {
+                sample_rows(rows, vocab, &masks, &scored, &sampling, rngs, &mut best);
+            } else {
+                best_of_rows(ctx, rows, vocab, &masks, &scored, &mut best);
+            }
         }
         let mut keep = Vec::with_capacity(alive.len());
         let attention = decoder.step_attention();
@@ -164,6 +188,7 @@ pub fn greedy_continuous(ctx: &Ctx, decoder: &mut dyn DecoderSession, search: &m
             decoder.select_rows(&keep);
             *alive = keep.iter().map(|&r| alive[r]).collect();
             *inputs = keep.iter().map(|&r| inputs[r]).collect();
+            *rngs = keep.iter().map(|&r| rngs[r].clone()).collect();
             // The logits of a full batch (32 rows of 65k floats: 8 MB) would otherwise stay
             // allocated through the next batch's encoding, the peak of a decoding whose keys
             // and values are stored compactly.

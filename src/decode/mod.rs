@@ -167,29 +167,115 @@ pub struct SearchParams {
     pub repetition: RepetitionRules,
     /// Keep each hypothesis's alignment attention (see [`Hypotheses::attention`]).
     pub return_attention: bool,
+    /// Random sampling instead of the arg-max (greedy search only).
+    pub sampling: Option<Sampling>,
+}
+
+/// CTranslate2's random sampling (`sampling_topk`, `sampling_topp`,
+/// `sampling_temperature`): a row's next token is drawn from the softmax of its `topk`
+/// best logits (0: all of them) divided by `temperature`, keeping only the most probable
+/// of them whose probabilities, before each, sum to less than `topp`. Its score is still
+/// its log-probability under the whole row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    pub topk: usize,
+    pub topp: f32,
+    pub temperature: f32,
+}
+
+impl Sampling {
+    /// Draws a column of `row` (its logits, masks applied).
+    pub(crate) fn draw(&self, row: &[f32], rng: &mut Rng) -> usize {
+        let mut candidates: Vec<(usize, f32)> = Vec::new();
+        if self.topk == 0 || self.topk >= row.len() {
+            candidates.extend(row.iter().copied().enumerate());
+        } else {
+            beam::top_k(row, self.topk, &mut candidates);
+        }
+        if self.temperature != 1.0 {
+            let scale = 1.0 / self.temperature;
+            candidates.iter_mut().for_each(|c| c.1 *= scale);
+        }
+        let softmax = |candidates: &[(usize, f32)]| -> Vec<f64> {
+            let max = candidates.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+            candidates.iter().map(|c| ((c.1 - max) as f64).exp()).collect()
+        };
+        if self.topp < 1.0 {
+            let weights = softmax(&candidates);
+            let total: f64 = weights.iter().sum();
+            let mut order: Vec<usize> = (0..candidates.len()).collect();
+            order.sort_by(|&a, &b| weights[b].partial_cmp(&weights[a]).unwrap_or(std::cmp::Ordering::Equal));
+            let (mut before, mut kept) = (0.0, Vec::with_capacity(order.len()));
+            for i in order {
+                if before >= self.topp as f64 {
+                    break;
+                }
+                before += weights[i] / total;
+                kept.push(candidates[i]);
+            }
+            candidates = kept;
+        }
+        let weights = softmax(&candidates);
+        let mut u = rng.uniform() * weights.iter().sum::<f64>();
+        for (c, w) in candidates.iter().zip(&weights) {
+            if u < *w {
+                return c.0;
+            }
+            u -= w;
+        }
+        candidates.last().map_or(0, |c| c.0)
+    }
+}
+
+/// The random numbers of one example's sampling (SplitMix64): each example draws from
+/// its own stream, seeded from the call's seed and its place in the call, so that its
+/// samples do not depend on how the call is batched.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 /// CTranslate2's logits processors that read the tokens a row has produced so far (its
 /// target prefix included), applied to the row's logits before its disabled columns are
 /// set, as CTranslate2 applies them: `penalty` (`repetition_penalty`, 1 = off) divides a
-/// non-negative logit of each such token and multiplies a negative one, and
+/// non-negative logit of each such token and multiplies a negative one,
 /// `no_repeat_ngram_size` n (0 = off) disables every token that would end an n-gram the
-/// row already holds (n = 1: every token it produced).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// row already holds (n = 1: every token it produced), and each of `suppressed` (target
+/// ids, 2 tokens or more: `suppress_sequences`, whose single tokens are disabled ids)
+/// disables its last token where the row ends with the others.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RepetitionRules {
     pub penalty: f32,
     pub no_repeat_ngram_size: usize,
+    pub suppressed: Vec<Vec<u32>>,
 }
 
 impl Default for RepetitionRules {
     fn default() -> Self {
-        RepetitionRules { penalty: 1.0, no_repeat_ngram_size: 0 }
+        RepetitionRules { penalty: 1.0, no_repeat_ngram_size: 0, suppressed: Vec::new() }
     }
 }
 
 impl RepetitionRules {
     pub fn is_active(&self) -> bool {
-        self.penalty != 1.0 || self.no_repeat_ngram_size > 0
+        self.penalty != 1.0 || self.no_repeat_ngram_size > 0 || !self.suppressed.is_empty()
     }
 
     /// Applies the penalty to the columns of `tokens` (target ids) in `row`, and appends to
@@ -216,13 +302,15 @@ impl RepetitionRules {
             let banned: Vec<u32> = (0..=tokens.len() - n).filter(|&i| tokens[i..i + n - 1] == *suffix).map(|i| tokens[i + n - 1]).collect();
             disabled.extend(columns(&banned, output));
         }
+        let ends: Vec<u32> = self.suppressed.iter().filter_map(|s| s.split_last()).filter(|(_, head)| tokens.ends_with(head)).map(|(&last, _)| last).collect();
+        disabled.extend(columns(&ends, output));
     }
 }
 
 /// Applies each row's repetition rules (`rows[r]`: the row's tokens so far and its rules)
 /// to its logits (`rows.len()` rows of `vocab`), and returns each row's disabled columns:
 /// `masks[r]` and those its n-gram rule bans.
-pub(crate) fn apply_repetition_rules(logits: &mut [f32], vocab: usize, output: Option<&[u32]>, rows: &[(&[u32], RepetitionRules)], masks: &[&[u32]]) -> Vec<Vec<u32>> {
+pub(crate) fn apply_repetition_rules(logits: &mut [f32], vocab: usize, output: Option<&[u32]>, rows: &[(&[u32], &RepetitionRules)], masks: &[&[u32]]) -> Vec<Vec<u32>> {
     rows.iter()
         .zip(masks)
         .zip(logits.chunks_exact_mut(vocab))
@@ -255,11 +343,12 @@ pub(crate) type Attention = Vec<std::sync::Arc<Vec<f32>>>;
 /// (empty unless asked for).
 pub(crate) type Finished = (Vec<u32>, f32, Attention);
 
-/// Start token and forced prefix of one example.
+/// Start token and forced prefix of one example, and the seed of its sampling.
 #[derive(Debug, Clone)]
 pub struct StartTokens {
     pub start: u32,
     pub prefix: Vec<u32>,
+    pub seed: u64,
 }
 
 pub(crate) fn disable(logits_row: &mut [f32], ids: &[u32]) {
@@ -395,11 +484,12 @@ mod tests {
             return_scores: true,
             repetition: RepetitionRules::default(),
             return_attention: false,
+            sampling: None,
         }
     }
 
     fn start(n: usize, prefix: Vec<u32>) -> Vec<StartTokens> {
-        (0..n).map(|_| StartTokens { start: 0, prefix: prefix.clone() }).collect()
+        (0..n).map(|i| StartTokens { start: 0, prefix: prefix.clone(), seed: i as u64 }).collect()
     }
 
     // Vocabulary: 0 = <s>, 1 = </s>, 2..4 words. Step 0 prefers 2, step 1 prefers 3, then </s>.
@@ -451,14 +541,14 @@ mod tests {
 
     #[test]
     fn repetition_rules_penalize_once_and_ban_what_repeats_an_ngram() {
-        let penalty = RepetitionRules { penalty: 2.0, no_repeat_ngram_size: 0 };
+        let penalty = RepetitionRules { penalty: 2.0, ..Default::default() };
         let (mut row, mut disabled) = (vec![4.0, -4.0, 1.0, 0.0, 3.0], Vec::new());
         penalty.apply(&[0, 1, 0, 3], None, &mut row, &mut disabled);
         assert_eq!(row, vec![2.0, -8.0, 1.0, 0.0, 3.0], "each token once, zero stays zero");
         assert!(disabled.is_empty());
         let bans = |n: usize, tokens: &[u32], output: Option<&[u32]>| {
             let mut disabled = vec![99];
-            RepetitionRules { penalty: 1.0, no_repeat_ngram_size: n }.apply(tokens, output, &mut [0.0; 8], &mut disabled);
+            RepetitionRules { no_repeat_ngram_size: n, ..Default::default() }.apply(tokens, output, &mut [0.0; 8], &mut disabled);
             disabled
         };
         // [2 3] occurred before, followed by 4; the last occurrence has no follower yet.
@@ -468,6 +558,43 @@ mod tests {
         assert_eq!(bans(4, &[2, 3, 2], None), vec![99], "shorter than n: nothing");
         // On an output subset the bans are columns; tokens outside it have none.
         assert_eq!(bans(1, &[7, 4, 5], Some(&[2, 4, 7])), vec![99, 2, 1]);
+        // A suppressed sequence bans its last token after the others, whatever came before.
+        let suppress = RepetitionRules { suppressed: vec![vec![3, 4, 5], vec![4, 6], vec![9, 9]], ..Default::default() };
+        let mut disabled = Vec::new();
+        suppress.apply(&[1, 3, 4], None, &mut [0.0; 10], &mut disabled);
+        assert_eq!(disabled, vec![5, 6]);
+        disabled.clear();
+        suppress.apply(&[4], None, &mut [0.0; 10], &mut disabled);
+        assert_eq!(disabled, vec![6], "a sequence longer than the row asks nothing of it");
+    }
+
+    #[test]
+    fn sampling_draws_from_the_softmax_cut_as_ctranslate2_cuts_it() {
+        // Probabilities 1/6, 2/6, 3/6 and a disabled column.
+        let row = [1f32.ln(), 2f32.ln(), 3f32.ln(), f32::MIN];
+        let frequencies = |s: Sampling| {
+            let mut rng = Rng::new(7);
+            let mut counts = [0usize; 4];
+            (0..60_000).for_each(|_| counts[s.draw(&row, &mut rng)] += 1);
+            counts.map(|c| c as f64 / 60_000.0)
+        };
+        let close = |got: [f64; 4], want: [f64; 4]| got.iter().zip(want).all(|(g, w)| (g - w).abs() < 0.01);
+        let all = Sampling { topk: 0, topp: 1.0, temperature: 1.0 };
+        assert!(close(frequencies(all), [1.0 / 6.0, 2.0 / 6.0, 0.5, 0.0]), "{:?}", frequencies(all));
+        let cold = Sampling { temperature: 0.5, ..all };
+        assert!(close(frequencies(cold), [1.0 / 14.0, 4.0 / 14.0, 9.0 / 14.0, 0.0]), "{:?}", frequencies(cold));
+        let two = Sampling { topk: 2, ..all };
+        assert!(close(frequencies(two), [0.0, 0.4, 0.6, 0.0]), "{:?}", frequencies(two));
+        // topp: tokens join while the probability before them is below it.
+        assert_eq!(frequencies(Sampling { topp: 0.5, ..all }), [0.0, 0.0, 1.0, 0.0]);
+        assert!(close(frequencies(Sampling { topp: 0.6, ..all }), [0.0, 0.4, 0.6, 0.0]));
+        // The same seed draws the same.
+        let draws = |seed| {
+            let mut rng = Rng::new(seed);
+            (0..32).map(|_| all.draw(&row, &mut rng)).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(3), draws(3));
+        assert_ne!(draws(3), draws(4));
     }
 
     #[test]
@@ -482,11 +609,11 @@ mod tests {
         let out = greedy::greedy_search(&Ctx::default(), &mut decoder(), &mut Unobserved, &start(1, vec![]), &p);
         assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
         // 3 / 2 = 1.5 < 2: the penalty makes 3 the best at step 1, in greedy and beam search.
-        p.repetition = RepetitionRules { penalty: 2.0, no_repeat_ngram_size: 0 };
+        p.repetition = RepetitionRules { penalty: 2.0, ..Default::default() };
         let out = greedy::greedy_search(&Ctx::default(), &mut decoder(), &mut Unobserved, &start(1, vec![]), &p);
         assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
         let mut b = params(2);
-        b.repetition = p.repetition;
+        b.repetition = p.repetition.clone();
         let out = beam::beam_search(&Ctx::default(), &mut decoder(), &mut Unobserved, &start(1, vec![]), &b);
         assert_eq!(out[0].ids[0], vec![2, 3, EOS]);
     }

@@ -89,6 +89,8 @@ pub(crate) fn prepare_texts<S: AsRef<str>>(
         collect_units(tokenizer, t, text.as_ref(), text_options.split_mode, max_pieces, &mut units);
     }
     let mut options = options.clone();
+    // Text results carry neither tokens nor attention (unknown words are still replaced).
+    (options.return_end_token, options.return_attention) = (false, false);
     if options.max_batch_size == 0 {
         options.max_batch_size = DEFAULT_TEXT_BATCH_SIZE;
         options.batch_type = BatchType::Examples;

@@ -72,11 +72,17 @@ impl<T: Send + 'static> Request<T> {
         model: Arc<dyn TranslationModel>,
         source: Vec<Vec<String>>,
         target_prefix: Option<Vec<Vec<String>>>,
-        options: TranslateOptions,
+        mut options: TranslateOptions,
         on_token: Option<TokenCallback>,
         finish: Finish<T>,
         on_complete: Option<CompletionCallback>,
     ) -> Arc<Request<T>> {
+        // One seed for the whole call (each example's stream derives from it).
+        if options.sampling_seed.is_none() {
+            use std::hash::BuildHasher;
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            options.sampling_seed = Some(std::collections::hash_map::RandomState::new().hash_one(nanos));
+        }
         let batches = super::rebatch(&source, options.max_batch_size, options.batch_type);
         let state = State {
             results: vec![TranslationResult::default(); source.len()],
@@ -249,7 +255,7 @@ impl<T: Send + 'static> Request<T> {
         let sources: Vec<&[String]> = indices.iter().map(|&i| self.source[i].as_slice()).collect();
         let prefixes: Vec<&[String]> =
             indices.iter().map(|&i| self.target_prefix.as_ref().map_or(&[][..], |p| p[i].as_slice())).collect();
-        let prepared = PreparedBatch::new(self.model.as_ref(), &sources, &prefixes, &self.options)?;
+        let prepared = PreparedBatch::new(self.model.as_ref(), indices, &sources, &prefixes, &self.options)?;
         if prepared.to_run.is_empty() {
             self.finish_batch(batch, Some(Ok(prepared.results)));
             return Ok(None);

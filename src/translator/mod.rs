@@ -11,7 +11,7 @@ use job::Request;
 use workers::Workers;
 
 use crate::backend::KvCacheType;
-use crate::decode::{Hypotheses, RepetitionRules, SearchParams, StartTokens};
+use crate::decode::{Hypotheses, RepetitionRules, Sampling, SearchParams, StartTokens};
 use crate::error::{Error, Result};
 use crate::model::{Sources, TranslationModel};
 
@@ -51,6 +51,22 @@ pub struct TranslateOptions {
     /// Replace each generated unknown token by the source token it attends to most
     /// (CTranslate2's `replace_unknowns`).
     pub replace_unknowns: bool,
+    /// Token sequences no hypothesis may contain (CTranslate2's `suppress_sequences`): a
+    /// single token is never generated, a longer sequence's last token not after the others.
+    pub suppress_sequences: Vec<Vec<String>>,
+    /// Keep the end token at the end of the hypotheses that produced it (CTranslate2's
+    /// `return_end_token`; text results never show it).
+    pub return_end_token: bool,
+    /// CTranslate2's random sampling, greedy search only (`beam_size` 1, one hypothesis):
+    /// the next token is drawn among the `sampling_topk` best (0 = all, 1 = the arg-max:
+    /// no sampling), from their softmax at `sampling_temperature` (0 = the arg-max),
+    /// cut to the most probable ones whose probabilities sum to `sampling_topp`.
+    pub sampling_topk: usize,
+    pub sampling_topp: f32,
+    pub sampling_temperature: f32,
+    /// Seed of the sampling's random numbers: with one, a call's samples are the same
+    /// every time, however it is batched or threaded; `None` = a new seed each call.
+    pub sampling_seed: Option<u64>,
     /// 0 = translate everything as one batch.
     pub max_batch_size: usize,
     pub batch_type: BatchType,
@@ -97,6 +113,12 @@ impl Default for TranslateOptions {
             no_repeat_ngram_size: 0,
             return_attention: false,
             replace_unknowns: false,
+            suppress_sequences: Vec::new(),
+            return_end_token: false,
+            sampling_topk: 1,
+            sampling_topp: 1.0,
+            sampling_temperature: 1.0,
+            sampling_seed: None,
             max_batch_size: 0,
             batch_type: BatchType::Examples,
             max_length_factor: 0.0,
@@ -145,8 +167,33 @@ impl TranslateOptions {
         if !(self.max_length_factor >= 0.0) || !self.max_length_factor.is_finite() {
             return bad("The maximum length factor must be a finite number >= 0");
         }
+        if !(self.sampling_topp > 0.0 && self.sampling_topp <= 1.0) {
+            return bad("The sampling_topp parameter must be between 0 and 1");
+        }
+        if !(self.sampling_temperature >= 0.0) || !self.sampling_temperature.is_finite() {
+            return bad("The sampling temperature must be a finite number >= 0");
+        }
+        if self.sampling().is_some() && (self.beam_size > 1 || self.num_hypotheses > 1) {
+            return Err(Error::unsupported("random sampling (sampling_topk other than 1) is supported with beam_size 1 and num_hypotheses 1"));
+        }
         Ok(())
     }
+
+    /// The random sampling these options ask for, if any (CTranslate2 samples unless
+    /// `sampling_topk` is 1 or the temperature 0).
+    pub fn sampling(&self) -> Option<Sampling> {
+        (self.sampling_topk != 1 && self.sampling_temperature != 0.0).then_some(Sampling {
+            topk: self.sampling_topk,
+            topp: self.sampling_topp,
+            temperature: self.sampling_temperature,
+        })
+    }
+}
+
+/// The seed of the sampling of the call's example `index` (its place in the call): a
+/// stream of its own, the same however the call is batched.
+fn sampling_seed(seed: Option<u64>, index: usize) -> u64 {
+    seed.unwrap_or(0) ^ (index as u64).wrapping_mul(0xd1b5_4a32_d192_ed03)
 }
 
 /// The n-best translations of one source sentence, best first.
@@ -375,6 +422,8 @@ pub(crate) struct PreparedBatch {
     pub output_ids: Option<Vec<u32>>,
     /// What becomes of the searches' attention (see `complete`).
     attention: AttentionUse,
+    /// Whether hypotheses keep their end token (`return_end_token`).
+    keep_end_token: bool,
 }
 
 /// What a batch does with its hypotheses' attention: nothing (`None`), or return it and/or
@@ -388,7 +437,8 @@ struct AttentionUse {
 }
 
 impl PreparedBatch {
-    pub fn new(m: &dyn TranslationModel, sources: &[&[String]], prefixes: &[&[String]], options: &TranslateOptions) -> Result<PreparedBatch> {
+    /// The batch of the call's examples `indices` (their sources and prefixes).
+    pub fn new(m: &dyn TranslationModel, indices: &[usize], sources: &[&[String]], prefixes: &[&[String]], options: &TranslateOptions) -> Result<PreparedBatch> {
         let mut results = vec![TranslationResult::default(); sources.len()];
         let mut to_run = Vec::with_capacity(sources.len());
         for (i, (source, prefix)) in sources.iter().zip(prefixes).enumerate() {
@@ -418,7 +468,7 @@ impl PreparedBatch {
                      so every example needs a target prefix",
                 ));
             }
-            starts.push(StartTokens { start: ids[0], prefix: ids[1..].to_vec() });
+            starts.push(StartTokens { start: ids[0], prefix: ids[1..].to_vec(), seed: sampling_seed(options.sampling_seed, indices[i]) });
         }
         // A stored position table bounds the decoding length (CTranslate2 raises an error
         // when decoding reaches its end; Tolk ends the hypotheses there instead).
@@ -438,6 +488,28 @@ impl PreparedBatch {
                 .ok_or_else(|| Error::invalid_argument(format!("end_token {t:?} is not in the target vocabulary")))?,
             None => tv.id_or_unk(&cfg.eos),
         }];
+        if options.sampling().is_some() && options.sampling_topk > tv.len() {
+            return Err(Error::invalid_argument(format!(
+                "sampling_topk option ({}) is greater than the vocabulary size ({})",
+                options.sampling_topk,
+                tv.len()
+            )));
+        }
+        // CTranslate2 takes no unknown token here, but `<unk>` itself.
+        let target_id = |t: &String| tv.id(t).or_else(|| (t.as_str() == cfg.unk).then(|| tv.unk_id()));
+        let mut suppressed = Vec::new();
+        let mut disabled_ids = if options.disable_unk { vec![tv.unk_id()] } else { Vec::new() };
+        for sequence in &options.suppress_sequences {
+            let ids = sequence
+                .iter()
+                .map(|t| target_id(t).ok_or_else(|| Error::invalid_argument(format!("Token {t} is not in the vocabulary"))))
+                .collect::<Result<Vec<u32>>>()?;
+            match ids.len() {
+                0 => {}
+                1 => disabled_ids.push(ids[0]),
+                _ => suppressed.push(ids),
+            }
+        }
         let params = SearchParams {
             beam_size: options.beam_size,
             patience: options.patience,
@@ -445,17 +517,19 @@ impl PreparedBatch {
             num_hypotheses: options.num_hypotheses,
             max_length,
             min_length: options.min_decoding_length,
-            disabled_ids: if options.disable_unk { vec![tv.unk_id()] } else { Vec::new() },
+            disabled_ids,
             end_ids,
             return_scores: options.return_scores,
-            repetition: RepetitionRules { penalty: options.repetition_penalty, no_repeat_ngram_size: options.no_repeat_ngram_size },
+            repetition: RepetitionRules { penalty: options.repetition_penalty, no_repeat_ngram_size: options.no_repeat_ngram_size, suppressed },
             return_attention: options.return_attention || options.replace_unknowns,
+            sampling: options.sampling(),
         };
         let attention = AttentionUse {
             sources: params.return_attention.then(|| sources.iter().map(|s| s.to_vec()).collect()),
             return_attention: options.return_attention,
             replace_unknowns: options.replace_unknowns,
         };
+        let keep_end_token = options.return_end_token;
         // A vocabulary map's candidates are CTranslate2's as they are (the start and prefix
         // tokens in, a custom end token not: it then cannot end a hypothesis either).
         let vmap_ids = m.vocabulary_map().filter(|_| options.use_vmap).map(|vmap| {
@@ -471,7 +545,7 @@ impl PreparedBatch {
             ids.dedup();
             ids
         });
-        Ok(PreparedBatch { results, to_run, source_ids, starts, params, output_ids: vmap_ids.or(output_ids), attention })
+        Ok(PreparedBatch { results, to_run, source_ids, starts, params, output_ids: vmap_ids.or(output_ids), attention, keep_end_token })
     }
 
     /// The sources of the examples `part` (indices into `to_run`), to be encoded as within
@@ -493,7 +567,7 @@ impl PreparedBatch {
             let mut hypotheses = Vec::with_capacity(h.ids.len());
             for (k, mut ids) in h.ids.into_iter().enumerate() {
                 let mut vectors = attention.get_mut(k);
-                while ids.last().is_some_and(|id| end_ids.contains(id)) {
+                while !self.keep_end_token && ids.last().is_some_and(|id| end_ids.contains(id)) {
                     ids.pop();
                     vectors.as_mut().map(|a| a.pop());
                 }

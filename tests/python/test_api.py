@@ -655,7 +655,9 @@ def test_progress_struct_fields(tolk):
     assert names[at:] == ["batch_type", "progress", "progress_user_data", "max_length_factor", "use_shortlist",
                           "on_token", "on_token_user_data", "use_vmap", "kv_cache_type",
                           "max_decoding_memory_mb", "repetition_penalty", "no_repeat_ngram_size",
-                          "return_attention", "replace_unknowns"]
+                          "return_attention", "replace_unknowns", "suppress_sequences", "suppress_sequence_lengths",
+                          "num_suppress_sequences", "return_end_token", "sampling_topk", "sampling_topp",
+                          "sampling_temperature", "sampling_seed"]
     assert not o.progress and o.progress_user_data is None and not o.use_vmap and o.kv_cache_type is None
     assert o.max_decoding_memory_mb == tolk.DECODING_MEMORY_AUTO == 0xFFFFFFFF  # the header's TOLK_DECODING_MEMORY_AUTO
     assert tolk.TolkTranslateOptions.progress.offset % ctypes.alignment(ctypes.c_void_p) == 0

@@ -60,6 +60,12 @@ OPTION_SETS = {
                                                target_prefix="@random", return_scores=True),
     "greedy_prefix_min5_no_repeat1": dict(beam_size=1, no_repeat_ngram_size=1, min_decoding_length=5,
                                           target_prefix="@random", return_scores=True),
+    # suppress_sequences="@frequent": the most frequent token and bigram of CT2's greedy output.
+    "greedy_suppress": dict(beam_size=1, suppress_sequences="@frequent", return_scores=True),
+    "beam4_suppress_prefix": dict(beam_size=4, suppress_sequences="@frequent", target_prefix="@random",
+                                  return_scores=True),
+    "greedy_return_end_token": dict(beam_size=1, return_end_token=True, return_scores=True),
+    "beam4_return_end_token_nbest2": dict(beam_size=4, num_hypotheses=2, return_end_token=True, max_decoding_length=9),
 }
 
 
@@ -74,15 +80,22 @@ def sentences(random_models):
 _frequent_cache = {}
 
 
-def _frequent_token(name, info, sents, ct2_tr, base_prefix):
-    """The most frequent non-special token of the greedy CT2 output."""
+def _frequent(name, info, sents, ct2_tr, base_prefix):
+    """The most frequent non-special token of the greedy CT2 output, and its most
+    frequent bigram without that token (None when there is none)."""
     if name not in _frequent_cache:
         res = ct2_tr.translate_batch(sents, target_prefix=base_prefix, beam_size=1)
-        counts = collections.Counter(
-            tok for r in res for tok in r.hypotheses[0] if tok not in make_random_models.SPECIALS
-        )
-        _frequent_cache[name] = counts.most_common(1)[0][0] if counts else info.target_vocab[-1]
+        hyps = [[t for t in r.hypotheses[0] if t not in make_random_models.SPECIALS] for r in res]
+        counts = collections.Counter(tok for h in hyps for tok in h)
+        bigrams = collections.Counter(tuple(h[i:i + 2]) for h in hyps for i in range(len(h) - 1))
+        token = counts.most_common(1)[0][0] if counts else info.target_vocab[-1]
+        others = [b for b, _ in bigrams.most_common() if token not in b]
+        _frequent_cache[name] = (token, list(others[0]) if others else None)
     return _frequent_cache[name]
+
+
+def _frequent_token(name, info, sents, ct2_tr, base_prefix):
+    return _frequent(name, info, sents, ct2_tr, base_prefix)[0]
 
 
 def _random_prefixes(info, n, seed=99):
@@ -111,6 +124,10 @@ def resolve_options(name, info, sents, ct2_tr, options):
     kwargs.pop("target_prefix", None)
     if kwargs.get("end_token") == "@frequent":
         kwargs["end_token"] = _frequent_token(name, info, sents, ct2_tr, base_prefix)
+    if kwargs.get("suppress_sequences") == "@frequent":
+        # A token never, a bigram's second token not after its first, an empty one ignored.
+        token, bigram = _frequent(name, info, sents, ct2_tr, base_prefix)
+        kwargs["suppress_sequences"] = [[token], []] + ([bigram] if bigram else [])
     return prefix, kwargs
 
 
@@ -265,3 +282,27 @@ def test_repetition_rules_bite(model_name, random_models, sentences, tolk_transl
     repeats = lambda hs: sum(len(h) - len(set(h)) for h in hs)  # noqa: E731
     penalized = hyps(beam_size=1, repetition_penalty=3.0)
     assert repeats(penalized) < repeats(plain), (repeats(penalized), repeats(plain))
+
+
+@pytest.mark.parametrize("model_name", MODEL_NAMES)
+def test_suppressed_sequences_never_appear(model_name, random_models, sentences, ct2_translators, tolk_translators, tolk):
+    """Guards the suppress_sequences option sets above: the suppressed token and bigram
+    occur in the plain output and never with the option; a token outside the target
+    vocabulary is an error, as in CTranslate2."""
+    info = random_models[model_name]
+    sents = sentences[model_name]
+    prefix = [[info.start_token] for _ in sents] if info.requires_prefix else None
+    token, bigram = _frequent(model_name, info, sents, ct2_translators(model_name), prefix)
+    suppressed = [[token]] + ([bigram] if bigram else [])
+    tr = tolk_translators(model_name)
+    plain = [r.hypotheses[0] for r in tr.translate_batch(sents, target_prefix=prefix, beam_size=1)]
+    assert any(token in h for h in plain)
+    for beam in [1, 3]:
+        got = [r.hypotheses[0] for r in tr.translate_batch(sents, target_prefix=prefix, beam_size=beam,
+                                                           suppress_sequences=suppressed)]
+        for h in got:
+            assert token not in h, (beam, h)
+            if bigram:
+                assert tuple(bigram) not in _ngrams(h, 2), (beam, h)
+    with pytest.raises(tolk.TolkError, match="not in the vocabulary"):
+        tr.translate_batch(sents[:2], target_prefix=prefix[:2] if prefix else None, suppress_sequences=[["NO_SUCH_TOKEN"]])
