@@ -933,6 +933,16 @@ impl TolkResult {
     }
 }
 
+impl TolkResult {
+    /// Hypothesis `rank` of sentence `example`, or the out-of-range error naming which.
+    fn hypothesis(&self, example: usize, rank: usize) -> Result<&HypothesisC, Error> {
+        let hyps = self.examples.get(example).ok_or_else(|| {
+            Error::out_of_range(format!("example {example} is out of range (batch size {})", self.examples.len()))
+        })?;
+        hyps.get(rank).ok_or_else(|| Error::out_of_range(format!("hypothesis {rank} is out of range ({} hypotheses)", hyps.len())))
+    }
+}
+
 /// Number of sentences in a result (0 for NULL).
 ///
 /// # Safety
@@ -978,12 +988,7 @@ pub unsafe extern "C" fn tolk_result_hypothesis(
         let result = &*non_null(result, "result")?;
         non_null(out_tokens as *const *const *const c_char, "out_tokens")?;
         non_null(out_length as *const usize, "out_length")?;
-        let hyps = result.examples.get(example).ok_or_else(|| {
-            Error::out_of_range(format!("example {example} is out of range (batch size {})", result.examples.len()))
-        })?;
-        let hyp = hyps.get(rank).ok_or_else(|| {
-            Error::out_of_range(format!("hypothesis {rank} is out of range ({} hypotheses)", hyps.len()))
-        })?;
+        let hyp = result.hypothesis(example, rank)?;
         *out_tokens = hyp.pointers.as_ptr();
         *out_length = hyp.pointers.len();
         if !out_score.is_null() {
@@ -1015,12 +1020,7 @@ pub unsafe extern "C" fn tolk_result_attention(
         non_null(out_values as *const *const f32, "out_values")?;
         non_null(out_rows as *const usize, "out_rows")?;
         non_null(out_columns as *const usize, "out_columns")?;
-        let hyps = result.examples.get(example).ok_or_else(|| {
-            Error::out_of_range(format!("example {example} is out of range (batch size {})", result.examples.len()))
-        })?;
-        let hyp = hyps.get(rank).ok_or_else(|| {
-            Error::out_of_range(format!("hypothesis {rank} is out of range ({} hypotheses)", hyps.len()))
-        })?;
+        let hyp = result.hypothesis(example, rank)?;
         let columns = hyp.source_length;
         let rows = hyp.attention.len().checked_div(columns).unwrap_or(0);
         *out_values = if rows == 0 { ptr::null() } else { hyp.attention.as_ptr() };

@@ -140,6 +140,13 @@ def test_attention_on_the_real_models(models_root, data_root, ctranslate2, tolk)
         kwargs = dict(beam_size=1, return_attention=True, replace_unknowns=True)
         compared = _check_attention("zh-en", sents, ct2.translate_batch(sents, **kwargs), tr.translate_batch(sents, **kwargs))
         report("zh-en float32 greedy: attention of %d tokens within %g of CTranslate2's" % (compared, TOLERANCE))
+        # Keys kept compactly: the attention of the same hypotheses within their rounding.
+        exact = tr.translate_batch(sents[:6], beam_size=2, return_attention=True)
+        for kv in ["bfloat16", "int8"]:
+            compact = tr.translate_batch(sents[:6], beam_size=2, return_attention=True, kv_cache_type=kv)
+            same = [(e, c) for e, c in zip(exact, compact) if e.hypotheses == c.hypotheses]
+            assert len(same) >= 3, kv
+            assert max(_max_error(e.attention[0], c.attention[0]) for e, c in same) <= 0.02, kv
     en_pt = os.path.join(models_root, "en-pt-bergamot")
     if os.path.isdir(en_pt):
         with tolk.Translator(en_pt) as tr:

@@ -56,6 +56,18 @@ fn with_widened<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
     })
 }
 
+/// `f` of an example's memory keys/values (`len` fused `[k | v]` rows of `2d` floats) as
+/// float32: as stored, or widened from their compact `kv` storage.
+fn as_float32<R>(mem: &[f32], kv: KvCacheType, len: usize, d: usize, head_dim: usize, f: impl FnOnce(&[f32]) -> R) -> R {
+    if kv == KvCacheType::Float32 {
+        return f(mem);
+    }
+    with_widened(|wide| {
+        KvCodec::new(kv, head_dim).decode_rows(mem, len, 2 * d, wide);
+        f(wide)
+    })
+}
+
 /// `out` as `len` zeros.
 fn zeroed(out: &mut Vec<f32>, len: usize) {
     out.clear();
@@ -309,7 +321,7 @@ impl Backend for CpuBackend {
                 // CTranslate2 pads the batch's sources to the longest one, which decides MKL's order.
                 let padded = memory.padded[ex];
                 let (q, o) = (&query[r * d..(r + rows) * d], &mut out[(r - first) * d..(r - first + rows) * d]);
-                let mut attend = |mem: &[f32]| {
+                let attend = |mem: &[f32]| {
                     let (keys, values) = (KvView::contiguous(&mem, 2 * d, 0), KvView::contiguous(&mem, 2 * d, d));
                     match order {
                         // One query row per product (Marian keeps the beams apart): no peeled keys.
@@ -324,16 +336,8 @@ impl Backend for CpuBackend {
                         FloatOrder::Ctranslate2 => attend_rows(q, d, rows, keys, values, len, heads, head_dim, scale, o),
                     }
                 };
-                if kv == KvCacheType::Float32 {
-                    attend(mem);
-                } else {
-                    // Widened once per example, for all its rows (beams).
-                    let codec = KvCodec::new(kv, head_dim);
-                    with_widened(|wide| {
-                        codec.decode_rows(mem, len, 2 * d, wide);
-                        attend(wide)
-                    });
-                }
+                // Widened once per example, for all its rows (beams).
+                as_float32(mem, kv, len, d, head_dim, attend);
                 r += rows;
             }
         });
@@ -364,18 +368,10 @@ impl Backend for CpuBackend {
             .map(|(r, &ex)| {
                 let (mem, len) = (memory_kv.example(ex), memory.lengths[ex]);
                 let mut out = vec![0.0; len];
-                let mut weigh = |mem: &[f32]| {
+                as_float32(mem, kv, len, d, head_dim, |mem| {
                     let q = &query[r * d..(r + 1) * d];
                     alignment_weights(q, KvView::contiguous(&mem, 2 * d, 0), len, memory.padded[ex], heads, head_dim, scale, &mut scores, &mut out)
-                };
-                if kv == KvCacheType::Float32 {
-                    weigh(mem);
-                } else {
-                    with_widened(|wide| {
-                        KvCodec::new(kv, head_dim).decode_rows(mem, len, 2 * d, wide);
-                        weigh(wide)
-                    });
-                }
+                });
                 out
             })
             .collect();
