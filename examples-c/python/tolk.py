@@ -1242,21 +1242,11 @@ class Translator:
 
         return Job(self._lib, out, keep, read, streams)
 
-    def _batch_arguments(self, source, target_prefix, progress, on_token, beam_size=None, patience=1.0,
-                         length_penalty=None, num_hypotheses=1, return_scores=False, max_input_length=1024,
-                         max_decoding_length=256, min_decoding_length=None, end_token=None,
-                         disable_unk=None, max_batch_size=None, batch_type="examples",
-                         max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None,
-                         max_decoding_memory_mb=None, repetition_penalty=1.0, no_repeat_ngram_size=0,
-                         return_attention=False, replace_unknowns=False, suppress_sequences=None,
-                         return_end_token=False, sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0,
-                         sampling_seed=None):
+    def _batch_arguments(self, source, target_prefix, progress, on_token, **options):
         """Checks a token batch and builds its C arguments: (keep, options, (sources,
         source lengths, count, prefixes, prefix lengths), callback wrappers)."""
         if self.closed:
             raise ValueError("the translator is closed")
-        if batch_type not in BATCH_TYPES:
-            raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
         if isinstance(source, (str, bytes)):
             raise TypeError("source must be a list of token lists")
         source = list(source)
@@ -1268,19 +1258,7 @@ class Translator:
                     "target_prefix has %d entries but the batch has %d" % (len(target_prefix), batch)
                 )
         keep = []  # keeps every ctypes buffer and thunk alive during the call
-        opts = self._translate_options(
-            keep, beam_size=beam_size, patience=patience, length_penalty=length_penalty,
-            num_hypotheses=num_hypotheses, return_scores=return_scores,
-            max_input_length=max_input_length, max_decoding_length=max_decoding_length,
-            min_decoding_length=min_decoding_length, end_token=end_token, disable_unk=disable_unk,
-            repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-            sampling_topk=sampling_topk, sampling_topp=sampling_topp, sampling_temperature=sampling_temperature,
-            sampling_seed=sampling_seed,
-            return_attention=return_attention, replace_unknowns=replace_unknowns,
-            suppress_sequences=suppress_sequences, return_end_token=return_end_token,
-            max_batch_size=max_batch_size, batch_type=batch_type,
-            max_length_factor=max_length_factor, use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
-            max_decoding_memory_mb=max_decoding_memory_mb)
+        opts = self._translate_options(keep, **options)
         streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
         src_ptrs, src_lens = self._token_arrays(source, keep, allow_none=False)
         if target_prefix is None:
@@ -1289,14 +1267,17 @@ class Translator:
             tp_ptrs, tp_lens = self._token_arrays(target_prefix, keep, allow_none=True)
         return keep, opts, (src_ptrs, src_lens, batch, tp_ptrs, tp_lens), streams
 
-    def _translate_options(self, keep, *, beam_size, patience, length_penalty, num_hypotheses,
-                           return_scores, max_input_length, max_decoding_length,
-                           min_decoding_length, end_token, disable_unk, max_batch_size,
-                           batch_type, max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None,
-                           max_decoding_memory_mb=None, repetition_penalty=1.0, no_repeat_ngram_size=0,
-                           return_attention=False, replace_unknowns=False, suppress_sequences=None,
-                           return_end_token=False, sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0,
-                           sampling_seed=None):
+    def _translate_options(self, keep, *, beam_size=None, patience=1.0, length_penalty=None, num_hypotheses=1,
+                           return_scores=False, max_input_length=1024, max_decoding_length=256,
+                           min_decoding_length=None, end_token=None, disable_unk=None, max_batch_size=None,
+                           batch_type="examples", max_length_factor=None, use_shortlist=None, use_vmap=False,
+                           kv_cache_type=None, max_decoding_memory_mb=None, repetition_penalty=1.0,
+                           no_repeat_ngram_size=0, return_attention=False, replace_unknowns=False,
+                           suppress_sequences=None, return_end_token=False, sampling_topk=1, sampling_topp=1.0,
+                           sampling_temperature=1.0, sampling_seed=None):
+        """The C options of a call: the translator's defaults (a Marian package's beam size,
+        length factor, ...), then the arguments given (the one list of the translation
+        arguments' defaults; None keeps the translator's)."""
         if batch_type not in BATCH_TYPES:
             raise ValueError("batch_type must be 'examples' or 'tokens', got %r" % (batch_type,))
         # The model's defaults (a Marian package's beam size, length factor, ...); None
@@ -1493,14 +1474,7 @@ class Translator:
         text_opts.max_sentence_tokens = int(max_sentence_tokens)
         return text_opts
 
-    def _text_arguments(self, text, progress, on_token, beam_size=None, patience=1.0,
-                        length_penalty=None, return_scores=False, max_input_length=1024,
-                        max_decoding_length=256, min_decoding_length=None, end_token=None,
-                        disable_unk=None, max_batch_size=None, batch_type="examples",
-                        max_length_factor=None, use_shortlist=None, use_vmap=False, kv_cache_type=None, max_decoding_memory_mb=None, split="sentences",
-                        repetition_penalty=1.0, no_repeat_ngram_size=0, replace_unknowns=False, suppress_sequences=None,
-                        sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0, sampling_seed=None,
-                        max_sentence_tokens=128):
+    def _text_arguments(self, text, progress, on_token, split="sentences", max_sentence_tokens=128, **options):
         """Checks texts and builds their C arguments."""
         if self.closed:
             raise ValueError("the translator is closed")
@@ -1517,30 +1491,7 @@ class Translator:
         text_opts = self._text_options(split, max_sentence_tokens)
 
         keep = []
-        opts = self._translate_options(
-            keep,
-            beam_size=beam_size,
-            patience=patience,
-            length_penalty=length_penalty,
-            num_hypotheses=1,
-            return_scores=return_scores,
-            max_input_length=max_input_length,
-            max_decoding_length=max_decoding_length,
-            min_decoding_length=min_decoding_length,
-            end_token=end_token,
-            disable_unk=disable_unk,
-            repetition_penalty=repetition_penalty,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            sampling_topk=sampling_topk, sampling_topp=sampling_topp, sampling_temperature=sampling_temperature,
-            sampling_seed=sampling_seed,
-            replace_unknowns=replace_unknowns,
-            suppress_sequences=suppress_sequences,
-            max_batch_size=max_batch_size,
-            batch_type=batch_type,
-            max_length_factor=max_length_factor,
-            use_shortlist=use_shortlist,
-            use_vmap=use_vmap, kv_cache_type=kv_cache_type, max_decoding_memory_mb=max_decoding_memory_mb,
-        )
+        opts = self._translate_options(keep, num_hypotheses=1, **options)
         streams = [w for w in (_set_progress(opts, progress, keep), _set_on_token(opts, on_token, keep)) if w]
 
         encoded = [t.encode("utf-8") for t in texts]
