@@ -5,7 +5,7 @@ pub mod greedy;
 
 pub use crate::model::DecoderSession;
 
-use crate::backend::cpu::split_rows;
+use crate::backend::cpu::{ops, split_rows};
 use crate::backend::Ctx;
 use std::sync::Mutex;
 
@@ -196,32 +196,32 @@ impl Sampling {
             let scale = 1.0 / self.temperature;
             candidates.iter_mut().for_each(|c| c.1 *= scale);
         }
-        let softmax = |candidates: &[(usize, f32)]| -> Vec<f64> {
-            let max = candidates.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-            candidates.iter().map(|c| ((c.1 - max) as f64).exp()).collect()
+        let probabilities = |candidates: &[(usize, f32)]| {
+            let mut p: Vec<f32> = candidates.iter().map(|c| c.1).collect();
+            ops::softmax(&mut p);
+            p
         };
         if self.topp < 1.0 {
-            let weights = softmax(&candidates);
-            let total: f64 = weights.iter().sum();
+            let p = probabilities(&candidates);
             let mut order: Vec<usize> = (0..candidates.len()).collect();
-            order.sort_by(|&a, &b| weights[b].partial_cmp(&weights[a]).unwrap_or(std::cmp::Ordering::Equal));
+            order.sort_by(|&a, &b| p[b].partial_cmp(&p[a]).unwrap_or(std::cmp::Ordering::Equal));
             let (mut before, mut kept) = (0.0, Vec::with_capacity(order.len()));
             for i in order {
-                if before >= self.topp as f64 {
+                if before >= self.topp {
                     break;
                 }
-                before += weights[i] / total;
+                before += p[i];
                 kept.push(candidates[i]);
             }
             candidates = kept;
         }
-        let weights = softmax(&candidates);
-        let mut u = rng.uniform() * weights.iter().sum::<f64>();
-        for (c, w) in candidates.iter().zip(&weights) {
-            if u < *w {
+        let p = probabilities(&candidates);
+        let mut u = rng.uniform() * p.iter().map(|&w| w as f64).sum::<f64>();
+        for (c, &w) in candidates.iter().zip(&p) {
+            if u < w as f64 {
                 return c.0;
             }
-            u -= w;
+            u -= w as f64;
         }
         candidates.last().map_or(0, |c| c.0)
     }
@@ -279,7 +279,7 @@ impl RepetitionRules {
     }
 
     /// Applies the penalty to the columns of `tokens` (target ids) in `row`, and appends to
-    /// `disabled` the columns the n-gram rule bans. Tokens outside the output subset
+    /// `disabled` the columns the n-gram rule and the suppressed sequences ban. Tokens outside the output subset
     /// `output` have no column and are skipped.
     fn apply(&self, tokens: &[u32], output: Option<&[u32]>, row: &mut [f32], disabled: &mut Vec<u32>) {
         if self.penalty != 1.0 {
@@ -309,7 +309,7 @@ impl RepetitionRules {
 
 /// Applies each row's repetition rules (`rows[r]`: the row's tokens so far and its rules)
 /// to its logits (`rows.len()` rows of `vocab`), and returns each row's disabled columns:
-/// `masks[r]` and those its n-gram rule bans.
+/// `masks[r]` and those its rules ban.
 pub(crate) fn apply_repetition_rules(logits: &mut [f32], vocab: usize, output: Option<&[u32]>, rows: &[(&[u32], &RepetitionRules)], masks: &[&[u32]]) -> Vec<Vec<u32>> {
     rows.iter()
         .zip(masks)

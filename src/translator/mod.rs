@@ -10,6 +10,7 @@ pub use job::{CompletionCallback, Job};
 use job::Request;
 use workers::Workers;
 
+use crate::backend::cpu::ops;
 use crate::backend::KvCacheType;
 use crate::decode::{Hypotheses, RepetitionRules, Sampling, SearchParams, StartTokens};
 use crate::error::{Error, Result};
@@ -601,17 +602,11 @@ impl PreparedBatch {
 }
 
 /// CTranslate2's `replace_unknowns`: each unknown token of `tokens` becomes the source token
-/// its attention vector points to most (the first of equal maxima).
-// `!(w > b)` on purpose: as `std::max_element`, a NaN never takes the place of the best.
-#[allow(clippy::neg_cmp_op_on_partial_ord)]
+/// its attention vector points to most (the first of equal maxima, as `std::max_element`).
 fn replace_unknowns(tokens: &mut [String], attention: &[Vec<f32>], source: &[String], unk: &str) {
     for (token, weights) in tokens.iter_mut().zip(attention) {
         if token == unk {
-            let best = weights.iter().enumerate().fold(None, |best: Option<(usize, f32)>, (j, &w)| match best {
-                Some((_, b)) if !(w > b) => best,
-                _ => Some((j, w)),
-            });
-            if let Some(word) = best.and_then(|(j, _)| source.get(j)) {
+            if let Some(word) = source.get(ops::argmax(weights).0) {
                 *token = word.clone();
             }
         }
