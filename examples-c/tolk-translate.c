@@ -84,6 +84,14 @@ static void usage(FILE *out) {
             "                           divided by F (multiplied where negative): F > 1\n"
             "                           discourages repeats (default 1 = off)\n"
             "  --no-repeat-ngram-size N a hypothesis never repeats an N-gram (default 0 = off)\n"
+            "  --sampling-topk N        random sampling: draw each token among the N best\n"
+            "                           (0 = all; default 1 = the best, no sampling); greedy\n"
+            "                           search only (implied when --beam is not given)\n"
+            "  --sampling-topp F        ... among the most probable whose probabilities sum\n"
+            "                           to F (default 1)\n"
+            "  --sampling-temperature F softmax temperature of the draw (default 1)\n"
+            "  --sampling-seed N        the same seed draws the same tokens (default 0 = a\n"
+            "                           new seed each run)\n"
             "  --replace-unknowns       an unknown token in a translation becomes the source\n"
             "                           token it attends to most (CPU)\n"
             "  --no-shortlist           score the whole vocabulary even when the model\n"
@@ -170,8 +178,10 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         else if (!strcmp(a, "--max-sentence-tokens")) number = &cli->text.max_sentence_tokens;
         else if (!strcmp(a, "--device-index")) number = &cli->model.device_index;
         else if (!strcmp(a, "--no-repeat-ngram-size")) number = &cli->translate.no_repeat_ngram_size;
+        else if (!strcmp(a, "--sampling-topk")) number = &cli->translate.sampling_topk;
         else if (strcmp(a, "--model") && strcmp(a, "--compute-type") && strcmp(a, "--device") && strcmp(a, "--batch-type") &&
-                 strcmp(a, "--length-penalty") && strcmp(a, "--repetition-penalty") && strcmp(a, "--split") && strcmp(a, "--source-spm") &&
+                 strcmp(a, "--length-penalty") && strcmp(a, "--repetition-penalty") && strcmp(a, "--sampling-topp") &&
+                 strcmp(a, "--sampling-temperature") && strcmp(a, "--sampling-seed") && strcmp(a, "--split") && strcmp(a, "--source-spm") &&
                  strcmp(a, "--target-spm") && strcmp(a, "--input") && strcmp(a, "--output") && strcmp(a, "--kv-cache-type")) {
             fprintf(stderr, "tolk-translate: unknown option %s (see --help)\n", a);
             return 2;
@@ -209,6 +219,15 @@ static int parse_args(int argc, char **argv, Cli *cli) {
                 fprintf(stderr, "tolk-translate: --split must be sentences or lines, got \"%s\"\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--sampling-seed")) {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long seed = strtoull(v, &end, 10);
+            if (*v < '0' || *v > '9' || errno != 0 || *end != '\0') {
+                fprintf(stderr, "tolk-translate: --sampling-seed needs a non-negative integer, got \"%s\"\n", v);
+                return 2;
+            }
+            cli->translate.sampling_seed = seed;
         } else if (!strcmp(a, "--batch-type")) {
             if (!strcmp(v, "examples")) cli->translate.batch_type = TOLK_BATCH_EXAMPLES;
             else if (!strcmp(v, "tokens")) cli->translate.batch_type = TOLK_BATCH_TOKENS;
@@ -216,7 +235,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
                 fprintf(stderr, "tolk-translate: --batch-type must be examples or tokens, got \"%s\"\n", v);
                 return 2;
             }
-        } else { /* --length-penalty, --repetition-penalty (the library validates the values) */
+        } else { /* --length-penalty, --repetition-penalty, --sampling-topp, --sampling-temperature
+                    (the library validates the values) */
             char *end = NULL;
             float value = strtof(v, &end);
             if (end == v || *end != '\0') {
@@ -224,6 +244,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
                 return 2;
             }
             if (!strcmp(a, "--length-penalty")) cli->translate.length_penalty = value;
+            else if (!strcmp(a, "--sampling-topp")) cli->translate.sampling_topp = value;
+            else if (!strcmp(a, "--sampling-temperature")) cli->translate.sampling_temperature = value;
             else cli->translate.repetition_penalty = value;
         }
     }
@@ -348,6 +370,8 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (cli.set_beam) options.beam_size = cli.translate.beam_size;
+    /* Sampling draws in greedy search only: without --beam, it implies beam 1. */
+    else if (cli.translate.sampling_topk != 1) options.beam_size = 1;
     if (cli.set_batch) options.max_batch_size = cli.translate.max_batch_size;
     if (cli.set_length_penalty) options.length_penalty = cli.translate.length_penalty;
     if (cli.no_shortlist) options.use_shortlist = false;
@@ -356,6 +380,10 @@ int main(int argc, char **argv) {
     options.num_hypotheses = cli.translate.num_hypotheses;
     options.repetition_penalty = cli.translate.repetition_penalty;
     options.no_repeat_ngram_size = cli.translate.no_repeat_ngram_size;
+    options.sampling_topk = cli.translate.sampling_topk;
+    options.sampling_topp = cli.translate.sampling_topp;
+    options.sampling_temperature = cli.translate.sampling_temperature;
+    options.sampling_seed = cli.translate.sampling_seed;
     options.max_decoding_memory_mb = cli.translate.max_decoding_memory_mb;
     options.max_decoding_length = cli.translate.max_decoding_length;
     options.batch_type = cli.translate.batch_type;

@@ -389,6 +389,30 @@ fn the_c_example_translates_lines_and_reports_errors() {
         assert_eq!(code, Some(0), "{kv}: {stderr}");
         assert_eq!(stdout.lines().count(), 2, "{kv}: {stdout}");
     }
+    // Random sampling: the same seed draws the same tokens; the default (top-k 1) and a
+    // temperature of 0 are greedy search; each chunk of the input draws its own tokens.
+    let sample = |extra: &[&str], stdin: &str| {
+        let args = [&["--model", model, "--tokens", "--beam", "1", "--max-decoding-length", "24"][..], extra].concat();
+        let (code, stdout, stderr) = cli(&args, stdin);
+        assert_eq!(code, Some(0), "{extra:?}: {stderr}");
+        stdout
+    };
+    let greedy_lines = format!("{}\n{}\n", greedy[0].1, greedy[2].1);
+    assert_eq!(sample(&["--sampling-topk", "1", "--sampling-seed", "7"], "a b c\nz\n"), greedy_lines);
+    assert_eq!(sample(&["--sampling-topk", "0", "--sampling-temperature", "0"], "a b c\nz\n"), greedy_lines);
+    let drawn = sample(&["--sampling-topk", "0", "--sampling-seed", "7"], input);
+    assert_eq!(drawn.lines().count(), 6, "{drawn}");
+    assert_eq!(sample(&["--sampling-topk", "0", "--sampling-seed", "7"], input), drawn, "the same seed, other draws");
+    assert_eq!(sample(&["--sampling-topk", "0", "--sampling-seed", "7", "--intra-threads", "2"], input), drawn);
+    assert_ne!(sample(&["--sampling-topk", "0", "--sampling-seed", "8"], input), drawn, "another seed, the same draws");
+    // Without --beam, sampling implies greedy search (the CLI's default beam is 2).
+    let (code, unbeamed, stderr) = cli(&["--model", model, "--tokens", "--max-decoding-length", "24", "--sampling-topk", "0", "--sampling-seed", "7"], input);
+    assert_eq!((code, unbeamed), (Some(0), drawn.clone()), "{stderr}");
+    let same_lines = "a b c\n".repeat(4);
+    let chunked = sample(&["--sampling-topk", "0", "--sampling-topp", "0.95", "--sampling-seed", "7", "--read-batch-size", "1"], &same_lines);
+    let chunk_lines: Vec<&str> = chunked.lines().collect();
+    assert_eq!(chunk_lines.len(), 4, "{chunked}");
+    assert!(chunk_lines.iter().any(|l| *l != chunk_lines[0]), "every chunk drew the same tokens: {chunked}");
     let long_line = format!("{}\nz\n", vec!["h e l l o"; 600].join(" "));
     let (code, stdout, stderr) = cli(&["--model", model, "--tokens", "--max-decoding-length", "3"], &long_line);
     assert_eq!(code, Some(0), "{stderr}");
@@ -411,6 +435,9 @@ fn the_c_example_translates_lines_and_reports_errors() {
         (&["--model", model, "--tokens", "--bogus", "1"], "--bogus"),
         (&["--model", model, "--tokens", "--batch-type", "lines"], "--batch-type"),
         (&["--model", model, "--tokens", "--length-penalty", "long"], "--length-penalty"),
+        (&["--model", model, "--tokens", "--sampling-seed", "-3"], "--sampling-seed"),
+        (&["--model", model, "--tokens", "--sampling-topp", "most"], "--sampling-topp"),
+        (&["--model", model, "--tokens", "--sampling-topk", "x"], "--sampling-topk"),
     ];
     for (args, needle) in usage_errors {
         let (code, stdout, stderr) = cli(args, "a\n");
@@ -425,6 +452,7 @@ fn the_c_example_translates_lines_and_reports_errors() {
         (&["--model", model, "--tokens", "--compute-type", "int3"], "int3"),
         (&["--model", model, "--tokens", "--kv-cache-type", "float8"], "kv_cache_type"),
         (&["--model", model, "--tokens", "--max-decoding-length", "0"], "decoding length"),
+        (&["--model", model, "--tokens", "--beam", "2", "--sampling-topk", "5"], "sampling"),
     ];
     for (args, needle) in library_errors {
         let (code, stdout, stderr) = cli(args, "a\n");

@@ -150,18 +150,24 @@ impl<'a> Streamer<'a> {
             total_lines: stream.total_lines,
         };
         // Nothing to translate: the submission checks everything (options, tokenizer).
-        streamer.submit(if streamer.tokens { Sources::Tokens(Vec::new()) } else { Sources::Text(Vec::new()) })?;
+        streamer.submit(if streamer.tokens { Sources::Tokens(Vec::new()) } else { Sources::Text(Vec::new()) }, 0)?;
         Ok(streamer)
     }
 
-    fn submit(&self, sources: Sources) -> Result<Pending> {
+    /// Submits the chunk whose first line is `first_line`. A sampling seed is the call's, and
+    /// each chunk is its own call: the chunk's seed is derived from the seed and its first
+    /// line, so that chunks do not repeat each other's draws (the draws then depend on where
+    /// the chunks start, i.e. on `read_batch_size`, but not on the threads).
+    fn submit(&self, sources: Sources, first_line: usize) -> Result<Pending> {
+        let chunk_options;
+        let mut options = &self.options;
+        if let Some(seed) = self.options.sampling_seed.filter(|_| first_line > 0) {
+            chunk_options = TranslateOptions { sampling_seed: Some(seed ^ chunk_seed(first_line)), ..self.options.clone() };
+            options = &chunk_options;
+        }
         Ok(match sources {
-            Sources::Text(texts) => {
-                Pending::Text(self.translator.submit_text(&texts, &self.options, &self.text_options, TextHooks::default())?)
-            }
-            Sources::Tokens(source) => {
-                Pending::Tokens(self.translator.submit_batch(source, None, &self.options, BatchHooks::default())?)
-            }
+            Sources::Text(texts) => Pending::Text(self.translator.submit_text(&texts, options, &self.text_options, TextHooks::default())?),
+            Sources::Tokens(source) => Pending::Tokens(self.translator.submit_batch(source, None, options, BatchHooks::default())?),
         })
     }
 
@@ -179,7 +185,7 @@ impl<'a> Streamer<'a> {
                 let first_line = input.lines;
                 let sources = input.read_chunk(self.chunk_lines, self.tokens)?;
                 if input.lines > first_line {
-                    let pending = self.submit(sources)?;
+                    let pending = self.submit(sources, first_line)?;
                     in_flight.0.push_back(Chunk { first_line, lines: input.lines - first_line, pending });
                 }
             }
@@ -496,3 +502,13 @@ impl Drop for OutputFile {
         }
     }
 }
+
+/// A chunk's seed offset from its first line (SplitMix64's finalizer: nearby lines give
+/// unrelated offsets).
+fn chunk_seed(first_line: usize) -> u64 {
+    let mut z = (first_line as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
