@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::translate::{TextOptions, TextTranslation, DEFAULT_TEXT_BATCH_SIZE};
+use crate::decode::Rng;
 use crate::error::{Error, Result};
 use crate::translator::{BatchType, Job, TranslateOptions, TranslationResult};
 use crate::{BatchHooks, TextHooks, Translator};
@@ -155,14 +156,14 @@ impl<'a> Streamer<'a> {
     }
 
     /// Submits the chunk whose first line is `first_line`. A sampling seed is the call's, and
-    /// each chunk is its own call: the chunk's seed is derived from the seed and its first
-    /// line, so that chunks do not repeat each other's draws (the draws then depend on where
+    /// each chunk is its own call: the chunk's seed is the seed mixed with a draw seeded by
+    /// its first line, so that chunks do not repeat each other's draws (the draws then depend on where
     /// the chunks start, i.e. on `read_batch_size`, but not on the threads).
     fn submit(&self, sources: Sources, first_line: usize) -> Result<Pending> {
         let chunk_options;
         let mut options = &self.options;
         if let Some(seed) = self.options.sampling_seed.filter(|_| first_line > 0) {
-            chunk_options = TranslateOptions { sampling_seed: Some(seed ^ chunk_seed(first_line)), ..self.options.clone() };
+            chunk_options = TranslateOptions { sampling_seed: Some(seed ^ Rng::new(first_line as u64).next_u64()), ..self.options.clone() };
             options = &chunk_options;
         }
         Ok(match sources {
@@ -502,13 +503,3 @@ impl Drop for OutputFile {
         }
     }
 }
-
-/// A chunk's seed offset from its first line (SplitMix64's finalizer: nearby lines give
-/// unrelated offsets).
-fn chunk_seed(first_line: usize) -> u64 {
-    let mut z = (first_line as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
