@@ -167,14 +167,53 @@ mod x86 {
     use super::KvView;
     use std::arch::x86_64::*;
 
-    /// `fold16` of a vector: halves added as 8 + 8, 4 + 4, then (0 + 2) + (1 + 3).
+    /// Levels 2-4 of `fold16` on its first level `h8` (lanes `l + (l + 8)`): 4 + 4, then
+    /// (0 + 2) + (1 + 3).
     #[inline(always)]
-    unsafe fn fold16(r: __m512) -> f32 {
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(r)));
-        let h8 = _mm256_add_ps(_mm512_castps512_ps256(r), hi);
+    unsafe fn fold8(h8: __m256) -> f32 {
         let h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps::<1>(h8));
         let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
         _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps::<1>(h2, h2)))
+    }
+
+    /// The first level of `fold16`: lanes `l + (l + 8)`.
+    #[inline(always)]
+    unsafe fn halves512(r: __m512) -> __m256 {
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(r)));
+        _mm256_add_ps(_mm512_castps512_ps256(r), hi)
+    }
+
+    /// `fold16` of a vector: halves added as 8 + 8, 4 + 4, then (0 + 2) + (1 + 3).
+    #[inline(always)]
+    unsafe fn fold16(r: __m512) -> f32 {
+        fold8(halves512(r))
+    }
+
+    /// The 16 lanes of `single_query_dot` over elements 0..49 (lane 0 `q[0] * k[0]`, then
+    /// 16 elements a step from element 1).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn head_lanes512(q: [__m512; 4], k: *const f32) -> __m512 {
+        let mut acc = _mm512_maskz_mul_ps(1, q[0], _mm512_loadu_ps(k));
+        for t in 0..3 {
+            acc = _mm512_fmadd_ps(q[1 + t], _mm512_loadu_ps(k.add(1 + 16 * t)), acc);
+        }
+        acc
+    }
+
+    /// The 16 lanes over elements 49..64, lane 0 starting from `carry` (`[s, 0, ..]`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tail_lanes512(q49: __m512, k: *const f32, carry: __m512) -> __m512 {
+        _mm512_fmadd_ps(q49, _mm512_maskz_loadu_ps(0x7FFF, k.add(49)), carry)
+    }
+
+    /// The query vectors `head_lanes512` and `tail_lanes512` take.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn query_lanes512(q: *const f32) -> ([__m512; 4], __m512) {
+        let head = [_mm512_loadu_ps(q), _mm512_loadu_ps(q.add(1)), _mm512_loadu_ps(q.add(17)), _mm512_loadu_ps(q.add(33))];
+        (head, _mm512_maskz_loadu_ps(0x7FFF, q.add(49)))
     }
 
     /// `single_query_dot` with explicit 16-lane vectors (the compiler splits the portable
@@ -182,23 +221,48 @@ mod x86 {
     #[target_feature(enable = "avx512f")]
     pub unsafe fn single_query_dot_avx512(q: &[f32], k: &[f32]) -> f32 {
         assert!(q.len() >= 64 && k.len() >= 64);
-        let (q, k) = (q.as_ptr(), k.as_ptr());
-        let mut acc = _mm512_maskz_mul_ps(1, _mm512_loadu_ps(q), _mm512_loadu_ps(k));
-        for t in 0..3 {
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(1 + 16 * t)), _mm512_loadu_ps(k.add(1 + 16 * t)), acc);
-        }
-        let tail = _mm512_maskz_mov_ps(1, _mm512_set1_ps(fold16(acc)));
-        let (qt, kt) = (_mm512_maskz_loadu_ps(0x7FFF, q.add(49)), _mm512_maskz_loadu_ps(0x7FFF, k.add(49)));
-        fold16(_mm512_fmadd_ps(qt, kt, tail))
+        let (q, k) = (query_lanes512(q.as_ptr()), k.as_ptr());
+        let carry = _mm512_maskz_mov_ps(1, _mm512_set1_ps(fold16(head_lanes512(q.0, k))));
+        fold16(tail_lanes512(q.1, k, carry))
     }
 
-    /// `fold16` of 16 lanes held as `lo` (0..8) and `hi` (8..16), in the same order.
-    #[inline(always)]
-    unsafe fn fold16_256(lo: __m256, hi: __m256) -> f32 {
-        let h8 = _mm256_add_ps(lo, hi);
-        let h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps::<1>(h8));
-        let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-        _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps::<1>(h2, h2)))
+    /// The first level of `fold16` over elements 0..49 with the 16 lanes as two 8-lane
+    /// vectors `lo` (lanes 0..8) and `hi` (8..16).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn head_halves256(q: *const f32, k: *const f32) -> __m256 {
+        let zero = _mm256_setzero_ps();
+        let mut lo = _mm256_blend_ps::<1>(zero, _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(k)));
+        let mut hi = zero;
+        for t in 0..3 {
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(1 + 16 * t)), _mm256_loadu_ps(k.add(1 + 16 * t)), lo);
+            hi = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(9 + 16 * t)), _mm256_loadu_ps(k.add(9 + 16 * t)), hi);
+        }
+        _mm256_add_ps(lo, hi)
+    }
+
+    /// The first level of `fold16` over elements 49..64 (lanes 0..15, the 16th at zero),
+    /// lane 0 starting from `carry` (`[s, 0, ..]`); `q` holds the query's elements 49..57
+    /// and 57..64.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tail_halves256(q: (__m256, __m256), k: *const f32, carry: __m256) -> __m256 {
+        let lo = _mm256_fmadd_ps(q.0, _mm256_loadu_ps(k.add(49)), carry);
+        let hi = _mm256_fmadd_ps(q.1, _mm256_maskload_ps(k.add(57), seven_lanes()), _mm256_setzero_ps());
+        _mm256_add_ps(lo, hi)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn seven_lanes() -> __m256i {
+        _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, -1, 0)
+    }
+
+    /// The query vectors `tail_halves256` takes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn query_tail256(q: *const f32) -> (__m256, __m256) {
+        (_mm256_loadu_ps(q.add(49)), _mm256_maskload_ps(q.add(57), seven_lanes()))
     }
 
     /// `single_query_dot` with the 16 lanes as two 8-lane vectors (the compiler builds the
@@ -208,24 +272,13 @@ mod x86 {
     pub unsafe fn single_query_dot_avx2(q: &[f32], k: &[f32]) -> f32 {
         assert!(q.len() >= 64 && k.len() >= 64);
         let (q, k) = (q.as_ptr(), k.as_ptr());
-        let zero = _mm256_setzero_ps();
-        let mut lo = _mm256_blend_ps::<1>(zero, _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(k)));
-        let mut hi = zero;
-        for t in 0..3 {
-            lo = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(1 + 16 * t)), _mm256_loadu_ps(k.add(1 + 16 * t)), lo);
-            hi = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(9 + 16 * t)), _mm256_loadu_ps(k.add(9 + 16 * t)), hi);
-        }
-        let tail = _mm256_blend_ps::<1>(zero, _mm256_set1_ps(fold16_256(lo, hi)));
-        // Elements 49..64: lanes 0..15 of the tail, the 16th lane left at zero.
-        let seven = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, -1, 0);
-        let lo = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(49)), _mm256_loadu_ps(k.add(49)), tail);
-        let hi = _mm256_fmadd_ps(_mm256_maskload_ps(q.add(57), seven), _mm256_maskload_ps(k.add(57), seven), zero);
-        fold16_256(lo, hi)
+        let carry = _mm256_blend_ps::<1>(_mm256_setzero_ps(), _mm256_set1_ps(fold8(head_halves256(q, k))));
+        fold8(tail_halves256(query_tail256(q), k, carry))
     }
 
     /// Levels 2-4 of `fold16` (lanes 4 apart, then (0 + 2) + (1 + 3)) for eight keys at
     /// once: `h8[i]` holds key `i`'s first level (lanes `l + (l + 8)`). Each key's sums are
-    /// the same additions of the same operands as `fold16_256`'s, gathered across keys.
+    /// the same additions of the same operands as `fold8`'s, gathered across keys.
     /// (Plain loops: closures and `array::map` here were left as calls.)
     #[inline]
     #[target_feature(enable = "avx2,fma")]
@@ -260,26 +313,14 @@ mod x86 {
     pub unsafe fn single_query_dots8_avx2(q: &[f32], k: [&[f32]; 8]) -> [f32; 8] {
         assert!(q.len() >= 64 && k.iter().all(|k| k.len() >= 64));
         let q = q.as_ptr();
-        let zero = _mm256_setzero_ps();
-        let mut h8 = [zero; 8];
+        let mut h8 = [_mm256_setzero_ps(); 8];
         for l in 0..8 {
-            let k = k[l].as_ptr();
-            let mut lo = _mm256_blend_ps::<1>(zero, _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(k)));
-            let mut hi = zero;
-            for t in 0..3 {
-                lo = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(1 + 16 * t)), _mm256_loadu_ps(k.add(1 + 16 * t)), lo);
-                hi = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(9 + 16 * t)), _mm256_loadu_ps(k.add(9 + 16 * t)), hi);
-            }
-            h8[l] = _mm256_add_ps(lo, hi);
+            h8[l] = head_halves256(q, k[l].as_ptr());
         }
         let first = fold8_keys(&h8);
-        let seven = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, -1, 0);
-        let (q49, q57) = (_mm256_loadu_ps(q.add(49)), _mm256_maskload_ps(q.add(57), seven));
+        let qt = query_tail256(q);
         for l in 0..8 {
-            let k = k[l].as_ptr();
-            let lo = _mm256_fmadd_ps(q49, _mm256_loadu_ps(k.add(49)), lane_first(first, l as i32));
-            let hi = _mm256_fmadd_ps(q57, _mm256_maskload_ps(k.add(57), seven), zero);
-            h8[l] = _mm256_add_ps(lo, hi);
+            h8[l] = tail_halves256(qt, k[l].as_ptr(), lane_first(first, l as i32));
         }
         std::mem::transmute::<__m256, [f32; 8]>(fold8_keys(&h8))
     }
@@ -289,32 +330,17 @@ mod x86 {
     #[target_feature(enable = "avx512f")]
     pub unsafe fn single_query_dots8_avx512(q: &[f32], k: [&[f32]; 8]) -> [f32; 8] {
         assert!(q.len() >= 64 && k.iter().all(|k| k.len() >= 64));
-        let q = q.as_ptr();
-        let (q0, q1, q17, q33) = (_mm512_loadu_ps(q), _mm512_loadu_ps(q.add(1)), _mm512_loadu_ps(q.add(17)), _mm512_loadu_ps(q.add(33)));
+        let q = query_lanes512(q.as_ptr());
         let mut h8 = [_mm256_setzero_ps(); 8];
         for l in 0..8 {
-            let k = k[l].as_ptr();
-            let mut acc = _mm512_maskz_mul_ps(1, q0, _mm512_loadu_ps(k));
-            acc = _mm512_fmadd_ps(q1, _mm512_loadu_ps(k.add(1)), acc);
-            acc = _mm512_fmadd_ps(q17, _mm512_loadu_ps(k.add(17)), acc);
-            acc = _mm512_fmadd_ps(q33, _mm512_loadu_ps(k.add(33)), acc);
-            h8[l] = halves512(acc);
+            h8[l] = halves512(head_lanes512(q.0, k[l].as_ptr()));
         }
         let first = fold8_keys(&h8);
-        let qt = _mm512_maskz_loadu_ps(0x7FFF, q.add(49));
         for l in 0..8 {
-            let tail = _mm512_maskz_mov_ps(1, _mm512_castps256_ps512(lane_first(first, l as i32)));
-            h8[l] = halves512(_mm512_fmadd_ps(qt, _mm512_maskz_loadu_ps(0x7FFF, k[l].as_ptr().add(49)), tail));
+            let carry = _mm512_maskz_mov_ps(1, _mm512_castps256_ps512(lane_first(first, l as i32)));
+            h8[l] = halves512(tail_lanes512(q.1, k[l].as_ptr(), carry));
         }
         std::mem::transmute::<__m256, [f32; 8]>(fold8_keys(&h8))
-    }
-
-    /// The first level of `fold16`: lanes `l + (l + 8)`.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn halves512(r: __m512) -> __m256 {
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(r)));
-        _mm256_add_ps(_mm512_castps512_ps256(r), hi)
     }
 
     /// `row_dots`: four query rows (`q`, transposed: `[head_dim][4]`) against the `K` keys
