@@ -172,3 +172,33 @@ macro_rules! dispatch_isa {
     }};
 }
 pub(crate) use dispatch_isa;
+
+/// This core's L2 cache in bytes, from CPUID leaf 0x8000_0006 (AMD and Intel both report
+/// it there), or `None` where the CPU does not say.
+pub fn l2_bytes() -> Option<usize> {
+    static L2: OnceLock<Option<usize>> = OnceLock::new();
+    *L2.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::__cpuid;
+            // SAFETY: CPUID exists on every x86_64 CPU; leaf 0x8000_0000 says which extended
+            // leaves do.
+            let highest = unsafe { __cpuid(0x8000_0000) }.eax;
+            if highest >= 0x8000_0006 {
+                let kib = (unsafe { __cpuid(0x8000_0006) }.ecx >> 16) as usize;
+                return (kib > 0).then_some(kib * 1024);
+            }
+        }
+        None
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_l2_size_is_absent_or_plausible() {
+        if let Some(l2) = super::l2_bytes() {
+            assert!((64 << 10..=64 << 20).contains(&l2), "L2 of {l2} bytes");
+        }
+    }
+}
