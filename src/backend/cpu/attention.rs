@@ -252,6 +252,8 @@ mod x86 {
         _mm256_add_ps(lo, hi)
     }
 
+    /// The mask of lanes 0..7 of 8: elements 57..64 of a 64-element head, so that no load
+    /// reads past the head (the 8th lane would be element 64, the next head's first).
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn seven_lanes() -> __m256i {

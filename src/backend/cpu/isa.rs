@@ -182,9 +182,11 @@ pub fn l2_bytes() -> Option<usize> {
         {
             use std::arch::x86_64::__cpuid;
             // SAFETY: CPUID exists on every x86_64 CPU; leaf 0x8000_0000 says which extended
-            // leaves do.
+            // leaves do. (`__cpuid` is safe from Rust 1.94 on, unsafe before.)
+            #[allow(unused_unsafe)]
             let highest = unsafe { __cpuid(0x8000_0000) }.eax;
             if highest >= 0x8000_0006 {
+                #[allow(unused_unsafe)]
                 let kib = (unsafe { __cpuid(0x8000_0006) }.ecx >> 16) as usize;
                 return (kib > 0).then_some(kib * 1024);
             }
