@@ -189,6 +189,9 @@ ISA_LEVELS = {
     "avxvnni": ("AVX2", "AVX2_VNNI", "AVX2_E1"),
     "avx512bw": ("AVX512", "AVX512_CORE", "AVX512"),
     "avx512vnni": ("AVX512", "AVX512_CORE_VNNI", "AVX512_E1"),
+    # Tolk's int8 products on AMX tiles; CTranslate2's own kernels stop at AVX-512, its
+    # oneDNN and MKL may take AMX.
+    "amx": ("AVX512", "AVX512_CORE_AMX", "AVX512_E4"),
 }
 
 
@@ -233,7 +236,7 @@ def main():
     p.add_argument("--rounds", type=int, default=1,
                    help="run every engine R times, alternating, each in a fresh process; keep each one's best")
     p.add_argument("--isa", metavar="LEVEL", choices=sorted(ISA_LEVELS),
-                   help="hold both engines to one ISA level (avx2, avxvnni, avx512bw, avx512vnni): "
+                   help="hold both engines to one ISA level (avx2, avxvnni, avx512bw, avx512vnni, amx): "
                         "TOLK_CPU_ISA, CT2_FORCE_CPU_ISA, ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS "
                         "(CT2_FORCE_CPU_ISA alone "
                         "leaves CTranslate2's oneDNN products on the machine's best ISA); avx512bw is "

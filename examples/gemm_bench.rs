@@ -125,6 +125,8 @@ mod peak {
         unsafe {
             use x86::*;
             match level {
+                // AMX: int8 from four accumulator tiles (16 x 16 x 64 products each).
+                Isa::Amx => Peak { f32: time(&|n| fma512(n), 12.0 * 32.0), i8: time(&|n| amx_int8(n / 16), 4.0 * 16384.0 * 2.0 / 16.0), i16: time(&|n| vnni512_i16(n), 12.0 * 64.0) },
                 Isa::Avx512Vnni => Peak { f32: time(&|n| fma512(n), 12.0 * 32.0), i8: time(&|n| vnni512(n), 12.0 * 128.0), i16: time(&|n| vnni512_i16(n), 12.0 * 64.0) },
                 Isa::Avx512Bw => Peak { f32: time(&|n| fma512(n), 12.0 * 32.0), i8: time(&|n| maddubs512(n), 12.0 * 128.0), i16: time(&|n| madd512(n), 12.0 * 64.0) },
                 Isa::AvxVnni => Peak { f32: time(&|n| fma256(n), 12.0 * 16.0), i8: time(&|n| vnni256(n), 12.0 * 64.0), i16: time(&|n| vnni256_i16(n), 12.0 * 32.0) },
@@ -169,6 +171,25 @@ mod peak {
                     total
                 }
             };
+        }
+
+        /// `iters` x 4 independent `tdpbsud` (Isa::Amx's support check asked Linux for the
+        /// tile data).
+        pub unsafe fn amx_int8(iters: usize) -> i64 {
+            #[repr(C, align(64))]
+            struct Config([u8; 64]);
+            let mut c = Config([0; 64]);
+            c.0[0] = 1;
+            for t in 0..8 {
+                c.0[16 + 2 * t] = 64;
+                c.0[48 + t] = 16;
+            }
+            std::arch::asm!("ldtilecfg [{}]", "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", "tilezero tmm4", "tilezero tmm5", in(reg) &c, options(nostack));
+            for _ in 0..iters {
+                std::arch::asm!("tdpbsud tmm0, tmm4, tmm5", "tdpbsud tmm1, tmm4, tmm5", "tdpbsud tmm2, tmm4, tmm5", "tdpbsud tmm3, tmm4, tmm5", options(nostack, nomem));
+            }
+            std::arch::asm!("tilerelease", options(nostack, nomem));
+            iters as i64
         }
 
         peak_loop!(fma512, "avx512f", __m512, zmm_reg, _mm512_set1_ps(1.0), _mm512_set1_ps(0.999), _mm512_set1_ps(1e-3),

@@ -53,7 +53,7 @@ static void test_versions(void) {
     CHECK(tolk_abi_version() == TOLK_ABI_VERSION);
     CHECK(tolk_version() != NULL && strlen(tolk_version()) > 0);
     const char *isa = tolk_cpu_isa();
-    CHECK(!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avxvnni") || !strcmp(isa, "avx512bw") || !strcmp(isa, "avx512vnni"));
+    CHECK(!strcmp(isa, "scalar") || !strcmp(isa, "avx2") || !strcmp(isa, "avxvnni") || !strcmp(isa, "avx512bw") || !strcmp(isa, "avx512vnni") || !strcmp(isa, "amx"));
     CHECK(strcmp(tolk_status_string(TOLK_OK), "ok") == 0);
     for (int s = TOLK_OK; s <= TOLK_ERROR_CANCELLED; s++) CHECK(strlen(tolk_status_string(s)) > 0);
     CHECK(TOLK_ERROR_CANCELLED == 8 && strcmp(tolk_status_string(TOLK_ERROR_CANCELLED), "cancelled") == 0);

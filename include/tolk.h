@@ -566,9 +566,9 @@ const char *tolk_version(void);
 uint32_t tolk_abi_version(void);
 
 /**
- * The CPU kernel path in use: "scalar", "avx2", "avxvnni", "avx512bw" or "avx512vnni"
- * (chosen by CPUID, or forced lower with the environment variable TOLK_CPU_ISA). Static
- * string.
+ * The CPU kernel path in use: "scalar", "avx2", "avxvnni", "avx512bw", "avx512vnni" or
+ * "amx" (chosen by CPUID, or forced lower with the environment variable TOLK_CPU_ISA).
+ * Static string.
  */
 const char *tolk_cpu_isa(void);
 

@@ -715,7 +715,7 @@ def abi_version() -> int:
 
 
 def cpu_isa() -> str:
-    """The CPU kernel path in use ("scalar", "avx2", "avxvnni", "avx512bw", "avx512vnni")."""
+    """The CPU kernel path in use ("scalar", "avx2", "avxvnni", "avx512bw", "avx512vnni", "amx")."""
     return _get_lib().tolk_cpu_isa().decode("ascii")
 
 

@@ -409,9 +409,9 @@ pub extern "C" fn tolk_abi_version() -> u32 {
     TOLK_ABI_VERSION
 }
 
-/// The CPU kernel path in use: "scalar", "avx2", "avxvnni", "avx512bw" or "avx512vnni"
-/// (chosen by CPUID, or forced lower with the environment variable TOLK_CPU_ISA). Static
-/// string.
+/// The CPU kernel path in use: "scalar", "avx2", "avxvnni", "avx512bw", "avx512vnni" or
+/// "amx" (chosen by CPUID, or forced lower with the environment variable TOLK_CPU_ISA).
+/// Static string.
 #[no_mangle]
 pub extern "C" fn tolk_cpu_isa() -> *const c_char {
     use crate::backend::cpu::isa::{current, Isa};
@@ -421,6 +421,7 @@ pub extern "C" fn tolk_cpu_isa() -> *const c_char {
         Isa::AvxVnni => c"avxvnni".as_ptr(),
         Isa::Avx512Bw => c"avx512bw".as_ptr(),
         Isa::Avx512Vnni => c"avx512vnni".as_ptr(),
+        Isa::Amx => c"amx".as_ptr(),
     }
 }
 

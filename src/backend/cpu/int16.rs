@@ -204,7 +204,7 @@ pub fn matmul_i16(x: &[f32], w: &PackedI16Matrix, bias: Option<&[f32]>, y: &mut 
                     unsafe {
                         match isa {
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Vnni => x86::avx512_vnni(&t, &e, y, n),
+                            Isa::Avx512Vnni | Isa::Amx => x86::avx512_vnni(&t, &e, y, n),
                             #[cfg(target_arch = "x86_64")]
                             Isa::Avx512Bw => x86::avx512_bw(&t, &e, y, n),
                             #[cfg(target_arch = "x86_64")]

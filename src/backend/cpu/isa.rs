@@ -1,10 +1,11 @@
 //! Run-time choice of the instruction set for the CPU kernels: detected with CPUID, or
-//! forced lower with `TOLK_CPU_ISA=scalar|avx2|avxvnni|avx512bw|avx512vnni` so every
+//! forced lower with `TOLK_CPU_ISA=scalar|avx2|avxvnni|avx512bw|avx512vnni|amx` so every
 //! path can be tested on one machine.
 //!
 //! The levels differ in what they bring: float32 kernels use AVX2+FMA or AVX-512F; int8
-//! kernels use `vpmaddubsw` (AVX2, AVX-512BW) or the VNNI dot product `vpdpbusd`
-//! (256-bit AVX-VNNI, 512-bit AVX-512 VNNI).
+//! kernels use `vpmaddubsw` (AVX2, AVX-512BW), the VNNI dot product `vpdpbusd` (256-bit
+//! AVX-VNNI, 512-bit AVX-512 VNNI) or AMX's tile products (Sapphire Rapids and later
+//! Xeons), which Linux lends a process only once it asks (`arch_prctl`).
 use std::cell::Cell;
 use std::sync::OnceLock;
 
@@ -20,6 +21,9 @@ pub enum Isa {
     Avx512Bw,
     /// AVX-512 F/BW/VL + AVX-512 VNNI (Ice Lake and later, Zen 4/5).
     Avx512Vnni,
+    /// AVX-512 VNNI + AMX-TILE/AMX-INT8 (Xeon Sapphire Rapids and later): int8 products on
+    /// AMX tiles, everything else as [`Isa::Avx512Vnni`].
+    Amx,
 }
 
 /// The width of the float32 kernels an [`Isa`] runs.
@@ -30,7 +34,7 @@ pub enum FloatLevel {
     Avx512,
 }
 
-pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Bw, Isa::Avx512Vnni];
+pub const ALL: [Isa; 6] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Bw, Isa::Avx512Vnni, Isa::Amx];
 
 impl Isa {
     pub fn name(self) -> &'static str {
@@ -40,6 +44,7 @@ impl Isa {
             Isa::AvxVnni => "avxvnni",
             Isa::Avx512Bw => "avx512bw",
             Isa::Avx512Vnni => "avx512vnni",
+            Isa::Amx => "amx",
         }
     }
 
@@ -50,6 +55,7 @@ impl Isa {
             "avxvnni" | "avx-vnni" | "avx_vnni" => Isa::AvxVnni,
             "avx512" | "avx512f" | "avx512bw" => Isa::Avx512Bw,
             "avx512vnni" | "avx512_vnni" => Isa::Avx512Vnni,
+            "amx" | "amx_int8" | "amx-int8" => Isa::Amx,
             _ => return None,
         })
     }
@@ -58,7 +64,7 @@ impl Isa {
         match self {
             Isa::Scalar => FloatLevel::Scalar,
             Isa::Avx2 | Isa::AvxVnni => FloatLevel::Avx2,
-            Isa::Avx512Bw | Isa::Avx512Vnni => FloatLevel::Avx512,
+            Isa::Avx512Bw | Isa::Avx512Vnni | Isa::Amx => FloatLevel::Avx512,
         }
     }
 
@@ -79,6 +85,7 @@ impl Isa {
                 Isa::AvxVnni => avx2() && is_x86_feature_detected!("avxvnni"),
                 Isa::Avx512Bw => avx512(),
                 Isa::Avx512Vnni => avx512() && is_x86_feature_detected!("avx512vnni"),
+                Isa::Amx => avx512() && is_x86_feature_detected!("avx512vnni") && amx_granted(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -86,6 +93,51 @@ impl Isa {
             self == Isa::Scalar
         }
     }
+}
+
+/// Whether this CPU has AMX-TILE and AMX-INT8, the OS saves their state (XCR0 bits 17 and
+/// 18) and Linux granted this process the tile data (`ARCH_REQ_XCOMP_PERM`, asked once).
+/// The grant is for the whole process; Linux refuses it (and Tolk then stays at AVX-512
+/// VNNI) where a thread's signal stack is too small for the larger signal frame, or where
+/// a seccomp filter forbids the call. Elsewhere than Linux: never.
+#[cfg(target_arch = "x86_64")]
+fn amx_granted() -> bool {
+    static GRANTED: OnceLock<bool> = OnceLock::new();
+    *GRANTED.get_or_init(|| {
+        use std::arch::x86_64::__cpuid_count;
+        #[allow(unused_unsafe)]
+        // SAFETY: CPUID exists on every x86_64 CPU; leaf 0 says whether leaf 7 does.
+        let (highest, leaf7) = unsafe { (__cpuid_count(0, 0).eax, __cpuid_count(7, 0)) };
+        let (amx_tile, amx_int8) = (1 << 24, 1 << 25);
+        if highest < 7 || leaf7.edx & (amx_tile | amx_int8) != amx_tile | amx_int8 || !is_x86_feature_detected!("xsave") {
+            return false;
+        }
+        #[target_feature(enable = "xsave")]
+        unsafe fn xcr0() -> u64 {
+            std::arch::x86_64::_xgetbv(0)
+        }
+        // SAFETY: XSAVE (checked above) makes XGETBV available; OSXSAVE is implied by the
+        // AVX-512 detection the caller did first.
+        let tile_state = (1 << 17) | (1 << 18);
+        if unsafe { xcr0() } & tile_state != tile_state {
+            return false;
+        }
+        request_tile_data()
+    })
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn request_tile_data() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: a plain system call with two integer arguments; it changes only which
+    // register state this process may use.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+}
+
+#[cfg(all(target_arch = "x86_64", not(target_os = "linux")))]
+fn request_tile_data() -> bool {
+    false
 }
 
 /// The best ISA this CPU supports.

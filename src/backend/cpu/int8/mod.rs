@@ -17,12 +17,15 @@
 //! Without VNNI, `vpmaddubsw` would saturate its 16-bit pair sums on `x + 128`, so the
 //! AVX2 and AVX-512BW kernels plan each product (`plan`): k steps whose `|x|` are small
 //! enough multiply `w + 128` by signed `x`, summing up to four `vpmaddubsw` in int16, and
-//! the rest take the sign trick (`|x|` times `w` with the sign of `x`).
+//! the rest take the sign trick (`|x|` times `w` with the sign of `x`). The AMX kernel
+//! (`amx`) reads the same panels as tiles, with signed `x` as AVX-VNNI does.
 //! Every path is exact and all of them give bit-identical results.
 use super::isa::{self, Isa};
 use super::{ops, OutPtr};
 use std::sync::Mutex;
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -36,6 +39,8 @@ mod quantize_avx2;
 pub const NR: usize = 32;
 /// Activation rows interleaved together: `[k/4][MR][4]` bytes per group of rows.
 const MR: usize = 8;
+/// Activation rows per group of the AMX kernel (two 16-row A tiles), stored row-major.
+const AMX_ROWS: usize = 32;
 /// The u8 shift applied to activations for the VNNI kernels.
 const SHIFT: i32 = 128;
 /// The bit that turns a stored weight byte (`w + 128`) into `w` and back.
@@ -258,11 +263,16 @@ fn is_planned(isa: Isa, intgemm: bool) -> bool {
 }
 
 /// Activations quantized per row, interleaved by groups of `MR` rows (`[k/4][MR][4]` bytes
-/// per group), shifted to u8 for the AVX-512 VNNI kernel. Rows past `m` in the last group
-/// are stale and never stored.
+/// per group), shifted to u8 for the AVX-512 VNNI kernel; or, for the AMX kernel, row-major
+/// by groups of `amx::ROWS` rows (`[ROWS][kp]`). Rows past `m` in the last group are stale
+/// and never stored.
 #[derive(Default)]
 struct QuantizedRows {
     data: Vec<u8>,
+    /// Rows per group (`MR`, or `amx::ROWS` when `row_major`).
+    group_rows: usize,
+    /// Each row's bytes contiguous (A tiles) instead of interleaved by k-quads.
+    row_major: bool,
     /// `1 / scale_x` per row.
     inv_scales: Vec<f32>,
     /// `128 Σ x` per row, for the AVX-VNNI kernel (filled by `fill_row_shifts`), which
@@ -276,38 +286,44 @@ struct QuantizedRows {
 
 impl QuantizedRows {
     fn group(&self, g: usize) -> &[u8] {
-        &self.data[g * self.kp * MR..(g + 1) * self.kp * MR]
+        &self.data[g * self.kp * self.group_rows..(g + 1) * self.kp * self.group_rows]
     }
 
     /// Quantizes the `m` rows of `x` (`k` values each), split by groups of rows across
     /// `threads` of the worker's team where that is worth it (each row's bytes depend on
     /// that row only).
     #[allow(clippy::too_many_arguments)]
-    fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool, fixed_scale: Option<f32>, intgemm: bool, threads: usize) {
+    #[allow(clippy::too_many_arguments)]
+    fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool, fixed_scale: Option<f32>, intgemm: bool, row_major: bool, threads: usize) {
         self.kp = k.div_ceil(4) * 4;
-        let (kp, groups) = (self.kp, m.div_ceil(MR));
+        self.row_major = row_major;
+        self.group_rows = if row_major { AMX_ROWS } else { MR };
+        let (kp, gr) = (self.kp, self.group_rows);
+        let groups = m.div_ceil(gr);
         // Grown, never shrunk: the buffer lives as long as the thread (see ACTIVATIONS).
-        if self.data.len() < groups * kp * MR {
-            self.data.resize(groups * kp * MR, 0);
+        if self.data.len() < groups * kp * gr {
+            self.data.resize(groups * kp * gr, 0);
         }
-        if self.inv_scales.len() < groups * MR {
-            self.inv_scales.resize(groups * MR, 1.0);
+        if self.inv_scales.len() < groups * gr {
+            self.inv_scales.resize(groups * gr, 1.0);
         }
         let data = OutPtr(self.data.as_mut_ptr());
         // Parts start at a group's first row, so no two threads write the same group. A
         // value costs about 2 multiply-adds (its row's maximum, then the rounding).
-        super::split_rows(&mut self.inv_scales[..m], 1, threads, 2 * m * k, |r| r % MR == 0, |first, inv_scales| {
+        super::split_rows(&mut self.inv_scales[..m], 1, threads, 2 * m * k, |r| r % gr == 0, |first, inv_scales| {
             for (r, inv_scale) in (first..).zip(inv_scales) {
-                let (g, lane) = (r / MR, r % MR);
+                let (g, lane) = (r / gr, r % gr);
                 // SAFETY: group g lies within `data` (resized above); the rows of one group
                 // are in one part, so this thread alone writes it while the parts run.
-                let dst = unsafe { std::slice::from_raw_parts_mut(data.get().add(g * kp * MR), kp * MR) };
+                let group = unsafe { std::slice::from_raw_parts_mut(data.get().add(g * kp * gr), kp * gr) };
+                // Row `lane`'s first byte and the distance between its k-quads.
+                let (dst, quad_stride) = if row_major { (&mut group[lane * kp..], 4) } else { (&mut group[lane * 4..], MR * 4) };
                 *inv_scale = match (intgemm, fixed_scale) {
                     (true, Some(scale)) => {
-                        quantize_row_intgemm(&x[r * k..(r + 1) * k], dst, lane, scale);
+                        quantize_row_intgemm(&x[r * k..(r + 1) * k], dst, quad_stride, scale);
                         1.0 / scale
                     }
-                    _ => 1.0 / quantize_row(&x[r * k..(r + 1) * k], dst, lane, shifted, fixed_scale),
+                    _ => 1.0 / quantize_row(&x[r * k..(r + 1) * k], dst, quad_stride, shifted, fixed_scale),
                 };
             }
         });
@@ -315,21 +331,21 @@ impl QuantizedRows {
 
     /// `128 Σ x` of each row of the `m` rows' groups (signed bytes), into `row_shifts`.
     fn fill_row_shifts(&mut self, m: usize) {
-        let groups = m.div_ceil(MR);
+        let (gr, kp) = (self.group_rows, self.kp);
+        let rows = m.div_ceil(gr) * gr;
         self.row_shifts.clear();
-        self.row_shifts.resize(groups * MR, 0);
-        for (g, shifts) in self.row_shifts.chunks_exact_mut(MR).enumerate() {
-            let mut sums = [0i32; MR];
-            for step in self.data[g * self.kp * MR..(g + 1) * self.kp * MR].chunks_exact(4 * MR) {
-                for (sum, x) in sums.iter_mut().zip(step.chunks_exact(4)) {
-                    *sum += x.iter().map(|&v| v as i8 as i32).sum::<i32>();
-                }
-            }
+        self.row_shifts.resize(rows, 0);
+        for (r, shift) in self.row_shifts.iter_mut().enumerate() {
+            let (g, lane) = (r / gr, r % gr);
+            let group = &self.data[g * kp * gr..(g + 1) * kp * gr];
+            let sum: i32 = if self.row_major {
+                group[lane * kp..(lane + 1) * kp].iter().map(|&v| v as i8 as i32).sum()
+            } else {
+                group.chunks_exact(4 * MR).map(|step| step[lane * 4..lane * 4 + 4].iter().map(|&v| v as i8 as i32).sum::<i32>()).sum()
+            };
             // Wrapping, as the kernel's int32 sums do: the difference it takes is exact
             // modulo 2^32, and the true product fits.
-            for (shift, sum) in shifts.iter_mut().zip(sums) {
-                *shift = sum.wrapping_mul(SHIFT);
-            }
+            *shift = sum.wrapping_mul(SHIFT);
         }
     }
 
@@ -346,22 +362,23 @@ thread_local! {
     static ACTIVATIONS: std::cell::RefCell<QuantizedRows> = std::cell::RefCell::new(QuantizedRows::default());
 }
 
-/// Stores the quantized bytes of 64-value chunk `chunk` of a row (`len` of them) into lane
-/// `lane` of the row's interleaved group, whole 4-byte groups (a tail group carries the
-/// bytes of `q` past `len`, against zero weights).
+/// Stores the quantized bytes of 64-value chunk `chunk` of a row (`len` of them) into the
+/// row's k-quads, which start at `dst` and lie `quad_stride` bytes apart (interleaved rows
+/// or row-major), whole 4-byte groups (a tail group carries the bytes of `q` past `len`,
+/// against zero weights).
 #[inline(always)]
-fn store_groups(q: &[u8; 64], len: usize, chunk: usize, group: &mut [u8], lane: usize) {
+fn store_groups(q: &[u8; 64], len: usize, chunk: usize, dst: &mut [u8], quad_stride: usize) {
     for i in 0..len.div_ceil(4) {
-        let at = ((chunk * 16 + i) * MR + lane) * 4;
-        group[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
+        let at = (chunk * 16 + i) * quad_stride;
+        dst[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
     }
 }
 
 /// intgemm's `QuantizeU`: `rne(x * scale)` (the product rounded first) clamped to ±127,
-/// plus 127, into lane `lane` of the row's interleaved group.
-fn quantize_row_intgemm(row: &[f32], group: &mut [u8], lane: usize, scale: f32) {
+/// plus 127, into the row's k-quads at `dst`, `quad_stride` bytes apart.
+fn quantize_row_intgemm(row: &[f32], dst: &mut [u8], quad_stride: usize, scale: f32) {
     #[inline(always)]
-    fn generic(row: &[f32], group: &mut [u8], lane: usize, scale: f32) {
+    fn generic(row: &[f32], dst: &mut [u8], quad_stride: usize, scale: f32) {
         let mut q = [0u8; 64];
         for (c, chunk) in row.chunks(64).enumerate() {
             for (o, &v) in q.iter_mut().zip(chunk) {
@@ -372,26 +389,27 @@ fn quantize_row_intgemm(row: &[f32], group: &mut [u8], lane: usize, scale: f32) 
                 // 1.5 * 2^23 + y rounds y half to even into the low mantissa bits.
                 *o = ((y + 12_582_912.0).to_bits() as u8).wrapping_add(127);
             }
-            store_groups(&q, chunk.len(), c, group, lane);
+            store_groups(&q, chunk.len(), c, dst, quad_stride);
         }
     }
-    super::isa::dispatch_isa!(generic(row: &[f32], group: &mut [u8], lane: usize, scale: f32) -> ())
+    super::isa::dispatch_isa!(generic(row: &[f32], dst: &mut [u8], quad_stride: usize, scale: f32) -> ())
 }
 
-/// Quantizes one activation row into lane `lane` of its interleaved group; returns the
-/// scale: `fixed_scale`, or the row's own (`127 / max|x|`).
-fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
+/// Quantizes one activation row into its k-quads, which start at `dst` and lie
+/// `quad_stride` bytes apart; returns the scale: `fixed_scale`, or the row's own
+/// (`127 / max|x|`).
+fn quantize_row(row: &[f32], dst: &mut [u8], quad_stride: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if isa::current().float_level() != isa::FloatLevel::Scalar {
         // SAFETY: both vector levels have AVX2 and FMA, and isa::current() never reports
         // more than the CPU supports.
-        return unsafe { quantize_avx2::quantize_row(row, group, lane, shifted, fixed_scale) };
+        return unsafe { quantize_avx2::quantize_row(row, dst, quad_stride, shifted, fixed_scale) };
     }
-    quantize_row_scalar(row, group, lane, shifted, fixed_scale)
+    quantize_row_scalar(row, dst, quad_stride, shifted, fixed_scale)
 }
 
 /// [`quantize_row`] without vector instructions, the reference of its AVX2 twin.
-fn quantize_row_scalar(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
+fn quantize_row_scalar(row: &[f32], dst: &mut [u8], quad_stride: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
     // A fixed scale may take values past ±127: they are clamped to ±127 (never -128,
     // which the sign trick of the AVX2 kernels cannot negate), as intgemm does.
     let (scale, low) = match fixed_scale {
@@ -407,7 +425,7 @@ fn quantize_row_scalar(row: &[f32], group: &mut [u8], lane: usize, shifted: bool
         for (o, &v) in q.iter_mut().zip(chunk) {
             *o = quantize_byte(v, scale, low, flip);
         }
-        store_groups(&q, chunk.len(), c, group, lane);
+        store_groups(&q, chunk.len(), c, dst, quad_stride);
     }
     scale
 }
@@ -541,15 +559,18 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
         // A product deeper than a plan can index (no model's) takes the scalar kernel.
         #[cfg(target_arch = "x86_64")]
         isa if is_planned(isa, intgemm) && !plan::fits(w.kp) => Isa::Scalar,
+        // AMX takes depths in whole tile rows (every model's: 256, 512, 1024, 2048); the
+        // others, intgemm's emulation and products of few rows stay on AVX-512 VNNI.
+        Isa::Amx if intgemm || !w.kp.is_multiple_of(K_STEP_AMX) || m < amx_min_rows() => Isa::Avx512Vnni,
         isa => isa,
     };
-    // The AVX-512 VNNI kernel reads `x + 128` against signed weights; AVX-VNNI reads signed
-    // `x` against the stored `w + 128` (see `x86::vnni256`).
+    // The AVX-512 VNNI kernel reads `x + 128` against signed weights; AVX-VNNI and AMX read
+    // signed `x` against the stored `w + 128` (see `x86::vnni256`, `amx`).
     let shifted = intgemm || isa == Isa::Avx512Vnni;
     ACTIVATIONS.with(|a| {
         let mut a = a.borrow_mut();
-        a.fill(x, m, k, shifted, w.activation_scale, intgemm, threads);
-        if isa == Isa::AvxVnni && !intgemm {
+        a.fill(x, m, k, shifted, w.activation_scale, intgemm, isa == Isa::Amx, threads);
+        if matches!(isa, Isa::AvxVnni | Isa::Amx) && !intgemm {
             a.fill_row_shifts(m);
         }
         #[cfg(target_arch = "x86_64")]
@@ -558,6 +579,15 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
         }
         run_panels(&a, w, bias, relu, &out, m, threads, isa, shifted)
     })
+}
+
+/// Bytes of k an AMX tile product takes (an A tile's row).
+const K_STEP_AMX: usize = 64;
+
+/// Rows below which a product stays on AVX-512 VNNI on an AMX CPU.
+fn amx_min_rows() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| std::env::var("TOLK_AMX_MIN_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1))
 }
 
 /// Bytes of weight panels `run_panels` takes per block: 512 KiB where L2 holds 1 MiB or
@@ -577,12 +607,16 @@ fn block_bytes() -> usize {
 fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, out: &Output, m: usize, threads: usize, isa: Isa, shifted: bool) {
     let n = w.n;
     let panels = n.div_ceil(NR);
-    let groups = m.div_ceil(MR);
+    let gr = a.group_rows;
+    let groups = m.div_ceil(gr);
     // Panels are taken in blocks (`block_bytes`) that stay in L2 while every row group
     // multiplies them: each group then writes long contiguous runs of its output rows
     // (with one panel at a time, a 65k-wide output is written 128 bytes per row and page).
     let block = (block_bytes() / (a.kp * NR)).max(1);
     let run = |p0: usize, p1: usize| {
+        // SAFETY: Isa::Amx is chosen only where the CPU and OS run AMX (isa::current).
+        #[cfg(target_arch = "x86_64")]
+        let _tiles = (isa == Isa::Amx).then(|| unsafe { amx::Tiles::configure() });
         let mut epilogues: Vec<PanelEpilogue> = Vec::with_capacity(block);
         let (mut scratch, mut best) = (Vec::new(), Vec::new());
         if let Output::Best { .. } = out {
@@ -640,11 +674,11 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                         &next[t * lines / tiles * 64..(t + 1) * lines / tiles * 64]
                     };
                     let t = TileOut {
-                        // SAFETY: row g*MR < m and column p*NR < n: inside the output.
-                        y: unsafe { origin.add(g * MR * ldy + (p - b0) * NR) },
+                        // SAFETY: row g*gr < m and column p*NR < n: inside the output.
+                        y: unsafe { origin.add(g * gr * ldy + (p - b0) * NR) },
                         ldy,
-                        rows: MR.min(m - g * MR),
-                        inv_x: &a.inv_scales[g * MR..(g + 1) * MR],
+                        rows: gr.min(m - g * gr),
+                        inv_x: &a.inv_scales[g * gr..(g + 1) * gr],
                         e,
                         prefetch,
                         streams: g == 0,
@@ -659,6 +693,8 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                             #[cfg(target_arch = "x86_64")]
                             Isa::AvxVnni | Isa::Avx2 if t.e.intgemm => x86::tile_intgemm_256(ag, panel, a.kp, &t),
                             _ if t.e.intgemm => tile_intgemm_scalar(ag, panel, a.kp, &t),
+                            #[cfg(target_arch = "x86_64")]
+                            Isa::Amx => amx::tile(ag, &a.row_shifts[g * gr..(g + 1) * gr], panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
                             Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
@@ -1048,14 +1084,17 @@ mod tests {
                     })
                     .collect();
                 for (shifted, fixed) in [(false, None), (true, None), (false, Some(40.0)), (true, Some(0.37))] {
+                    // Interleaved by MR rows, and row-major (the AMX layout).
                     let lane = (k + case) % MR;
-                    let size = k.div_ceil(4) * MR * 4;
-                    let (mut want, mut got) = (vec![0x55u8; size], vec![0x55u8; size]);
-                    let scale = quantize_row_scalar(&row, &mut want, lane, shifted, fixed);
-                    // SAFETY: is_supported checked AVX2 and FMA.
-                    let scale2 = unsafe { quantize_avx2::quantize_row(&row, &mut got, lane, shifted, fixed) };
-                    assert_eq!(scale.to_bits(), scale2.to_bits(), "k {k} case {case}");
-                    assert_eq!(want, got, "k {k} case {case} shifted {shifted} fixed {fixed:?}");
+                    for (offset, quad_stride) in [(lane * 4, MR * 4), (0, 4)] {
+                        let size = k.div_ceil(4) * MR * 4;
+                        let (mut want, mut got) = (vec![0x55u8; size], vec![0x55u8; size]);
+                        let scale = quantize_row_scalar(&row, &mut want[offset..], quad_stride, shifted, fixed);
+                        // SAFETY: is_supported checked AVX2 and FMA.
+                        let scale2 = unsafe { quantize_avx2::quantize_row(&row, &mut got[offset..], quad_stride, shifted, fixed) };
+                        assert_eq!(scale.to_bits(), scale2.to_bits(), "k {k} case {case}");
+                        assert_eq!(want, got, "k {k} case {case} shifted {shifted} fixed {fixed:?} stride {quad_stride}");
+                    }
                 }
             }
         }
@@ -1064,7 +1103,8 @@ mod tests {
     #[test]
     fn every_kernel_is_bit_identical_to_the_reference() {
         let mut seed = 7;
-        for &(m, n, k) in &[(1, 1, 1), (3, 5, 3), (8, 32, 4), (9, 33, 7), (37, 70, 131), (16, 64, 512), (5, 100, 2050)] {
+        // With k a multiple of 64, AMX takes one A tile (m up to 16), two (17 to 32) and groups.
+        for &(m, n, k) in &[(1, 1, 1), (3, 5, 3), (8, 32, 4), (9, 33, 7), (37, 70, 131), (16, 64, 512), (5, 100, 2050), (17, 40, 64), (75, 70, 256)] {
             let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed) * 3.0).collect();
             let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
             let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();

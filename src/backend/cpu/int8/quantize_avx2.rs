@@ -3,13 +3,13 @@
 //! were stored 4 at a time through a scalar loop), 16% of a 32-row product with 512
 //! outputs, together with its plan.
 
-use super::{quantize_byte, scale_of_amax, MR};
+use super::{quantize_byte, scale_of_amax};
 use std::arch::x86_64::*;
 
-/// `quantize_row_scalar` for a CPU with AVX2 and FMA: lane `lane` of the row's interleaved
-/// group gets its bytes, and the scale is returned.
+/// `quantize_row_scalar` for a CPU with AVX2 and FMA: the row's k-quads (at `dst`,
+/// `quad_stride` bytes apart) get its bytes, and the scale is returned.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
+pub(super) unsafe fn quantize_row(row: &[f32], dst: &mut [u8], quad_stride: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
     let (scale, low) = match fixed_scale {
         Some(scale) => (scale, 1.0f32),
         None => (amax_scale(row), 0.0),
@@ -17,12 +17,12 @@ pub(super) unsafe fn quantize_row(row: &[f32], group: &mut [u8], lane: usize, sh
     let flip: u8 = if shifted { 0 } else { 0x80 };
     let k = row.len();
     let whole = k / 32 * 32;
-    assert!(lane < MR && group.len() >= k.div_ceil(4) * MR * 4, "quantize_row: lane past the group or group too small");
+    assert!(quad_stride >= 4 && (k == 0 || dst.len() >= (k.div_ceil(4) - 1) * quad_stride + 4), "quantize_row: destination too small");
     let (vscale, vshift, vlow, vhigh) = (_mm256_set1_ps(scale), _mm256_set1_ps(128.0), _mm256_set1_ps(low), _mm256_set1_ps(255.0));
     let vflip = _mm256_set1_epi8(flip as i8);
-    let (x, base) = (row.as_ptr(), group.as_mut_ptr());
-    // Byte 0 of k-group `g` (4 values) of this row (inside `group`, asserted above).
-    let out = |g: usize| base.add((g * MR + lane) * 4) as *mut i32;
+    let (x, base) = (row.as_ptr(), dst.as_mut_ptr());
+    // Byte 0 of k-group `g` (4 values) of this row (inside `dst`, asserted above).
+    let out = |g: usize| base.add(g * quad_stride) as *mut i32;
     for c in (0..whole).step_by(32) {
         // `fma(v, scale, 128)` clamped to [low, 255] (a NaN becomes `low`: `max` returns its
         // second operand), rounded half to even.
