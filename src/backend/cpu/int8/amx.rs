@@ -15,6 +15,7 @@
 //! compiler never allocates them, so each `asm!` block below may leave sums in them for
 //! the next.
 
+use super::x86::Prefetcher;
 use super::{TileOut, NR};
 use std::arch::asm;
 
@@ -82,9 +83,12 @@ pub(super) unsafe fn tile(a: &[u8], row_shifts: &[i32], panel: &[u8], kp: usize,
     // SAFETY (every block): the loads read 16 rows of 64 bytes at the strides given,
     // inside `a` (rows 0..32 of kp bytes) and `panel` (k-quads 0..kp/4 of 128 bytes); the
     // stores write inside `sums`.
+    // The lone row group of a small product fetches its next panel (see `run_panels`).
+    let mut pf = Prefetcher::new(t.prefetch, kp / K_STEP);
     if t.rows > 16 {
         unsafe { asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem)) };
         for s in 0..kp / K_STEP {
+            unsafe { pf.step() };
             unsafe {
                 asm!(
                     "tileloadd tmm4, [{a0} + {lda}*1]",
@@ -119,6 +123,7 @@ pub(super) unsafe fn tile(a: &[u8], row_shifts: &[i32], panel: &[u8], kp: usize,
     } else {
         unsafe { asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem)) };
         for s in 0..kp / K_STEP {
+            unsafe { pf.step() };
             unsafe {
                 asm!(
                     "tileloadd tmm4, [{a0} + {lda}*1]",

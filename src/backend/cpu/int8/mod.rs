@@ -561,7 +561,7 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
         isa if is_planned(isa, intgemm) && !plan::fits(w.kp) => Isa::Scalar,
         // AMX takes depths in whole tile rows (every model's: 256, 512, 1024, 2048); the
         // others, intgemm's emulation and products of few rows stay on AVX-512 VNNI.
-        Isa::Amx if intgemm || !w.kp.is_multiple_of(K_STEP_AMX) || m < amx_min_rows() => Isa::Avx512Vnni,
+        Isa::Amx if intgemm || !w.kp.is_multiple_of(K_STEP_AMX) || m < AMX_MIN_ROWS => Isa::Avx512Vnni,
         isa => isa,
     };
     // The AVX-512 VNNI kernel reads `x + 128` against signed weights; AVX-VNNI and AMX read
@@ -584,11 +584,12 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
 /// Bytes of k an AMX tile product takes (an A tile's row).
 const K_STEP_AMX: usize = 64;
 
-/// Rows below which a product stays on AVX-512 VNNI on an AMX CPU.
-fn amx_min_rows() -> usize {
-    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MIN.get_or_init(|| std::env::var("TOLK_AMX_MIN_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1))
-}
+/// Rows below which a product stays on AVX-512 VNNI on an AMX CPU: an A tile holds 16 rows
+/// whatever the product's count, and below 4 its products lose to `vpdpbusd` (gemm_bench,
+/// Xeon with AMX, 2026-12-02, GOP/s AMX against AVX-512 VNNI: 2 x 2048 x 512 157 / 176,
+/// 2 x 65000 x 512 93 / 102; at 4 rows 413 / 264 and 169 / 189, at 8 rows 660-760 / 385
+/// and 280 / 300, at 32 rows 1176 / 485 and 596 / 337).
+const AMX_MIN_ROWS: usize = 4;
 
 /// Bytes of weight panels `run_panels` takes per block: 512 KiB where L2 holds 1 MiB or
 /// more (measured best on Zen 4, Zen 5, Skylake-SP and Sapphire Rapids), a quarter of L2
@@ -1103,8 +1104,9 @@ mod tests {
     #[test]
     fn every_kernel_is_bit_identical_to_the_reference() {
         let mut seed = 7;
-        // With k a multiple of 64, AMX takes one A tile (m up to 16), two (17 to 32) and groups.
-        for &(m, n, k) in &[(1, 1, 1), (3, 5, 3), (8, 32, 4), (9, 33, 7), (37, 70, 131), (16, 64, 512), (5, 100, 2050), (17, 40, 64), (75, 70, 256)] {
+        // With k a multiple of 64 and m from 4, AMX takes one A tile (m up to 16), two (17 to
+        // 32) and groups of them.
+        for &(m, n, k) in &[(1, 1, 1), (3, 5, 3), (8, 32, 4), (9, 33, 7), (37, 70, 131), (16, 64, 512), (5, 100, 2050), (4, 33, 128), (17, 40, 64), (75, 70, 256)] {
             let x: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed) * 3.0).collect();
             let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
             let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
