@@ -8,7 +8,7 @@
 //! and each row's `128 Σ x` comes off before the epilogue: the same int32 sums, so the
 //! same bits, as every other path. The activations are the one thing laid out apart: A
 //! tiles want each row's bytes contiguous, so an AMX product quantizes its rows
-//! row-major, [`ROWS`] to a group (two A tiles), instead of interleaved by 8.
+//! row-major, `AMX_ROWS` (32) to a group (two A tiles), instead of interleaved by 8.
 //!
 //! A group of up to 32 rows takes a panel in four accumulator tiles (2 A x 2 B tiles,
 //! the eight tile registers); up to 16 rows take two. Tile registers are not Rust's: the
@@ -16,13 +16,8 @@
 //! the next.
 
 use super::x86::Prefetcher;
-use super::{TileOut, NR};
+use super::{TileOut, AMX_ROWS as ROWS, K_STEP_AMX as K_STEP, NR};
 use std::arch::asm;
-
-/// Activation rows per group: two A tiles of 16.
-pub(super) const ROWS: usize = super::AMX_ROWS;
-/// Bytes of k per tile product (an A tile's row, a B tile's 16 quads).
-pub(super) const K_STEP: usize = super::K_STEP_AMX;
 
 /// The tile configuration `ldtilecfg` reads (palette 1): 16 rows of 64 bytes for all
 /// eight tiles.
@@ -66,12 +61,12 @@ impl Drop for Tiles {
 #[repr(C, align(64))]
 struct Sums([[i32; NR]; ROWS]);
 
-/// The product of one row group (`a`: [`ROWS`] rows of `kp` signed bytes, row-major) with
+/// The product of one row group (`a`: `AMX_ROWS` rows of `kp` signed bytes, row-major) with
 /// one panel, through the tile's epilogue; `row_shifts` holds each row's `128 Σ x`.
 ///
 /// # Safety
 /// Tiles are configured on this thread ([`Tiles::configure`]); `kp` is a multiple of
-/// [`K_STEP`], `a` holds `ROWS * kp` bytes and `panel` `kp * NR`.
+/// `K_STEP_AMX`, `a` holds `AMX_ROWS * kp` bytes and `panel` `kp * NR`.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn tile(a: &[u8], row_shifts: &[i32], panel: &[u8], kp: usize, t: &TileOut) {
     debug_assert!(kp.is_multiple_of(K_STEP) && a.len() >= ROWS * kp && panel.len() >= kp * NR && t.rows <= ROWS);

@@ -264,14 +264,13 @@ fn is_planned(isa: Isa, intgemm: bool) -> bool {
 
 /// Activations quantized per row, interleaved by groups of `MR` rows (`[k/4][MR][4]` bytes
 /// per group), shifted to u8 for the AVX-512 VNNI kernel; or, for the AMX kernel, row-major
-/// by groups of `amx::ROWS` rows (`[ROWS][kp]`). Rows past `m` in the last group are stale
+/// by groups of `AMX_ROWS` rows (`[AMX_ROWS][kp]`). Rows past `m` in the last group are stale
 /// and never stored.
 #[derive(Default)]
 struct QuantizedRows {
     data: Vec<u8>,
-    /// Rows per group (`MR`, or `amx::ROWS` when `row_major`).
-    group_rows: usize,
-    /// Each row's bytes contiguous (A tiles) instead of interleaved by k-quads.
+    /// Each row's bytes contiguous (A tiles), `AMX_ROWS` rows a group, instead of
+    /// interleaved by k-quads, `MR` rows a group.
     row_major: bool,
     /// `1 / scale_x` per row.
     inv_scales: Vec<f32>,
@@ -285,20 +284,28 @@ struct QuantizedRows {
 }
 
 impl QuantizedRows {
+    /// Rows per group of the layout.
+    fn group_rows(&self) -> usize {
+        if self.row_major {
+            AMX_ROWS
+        } else {
+            MR
+        }
+    }
+
     fn group(&self, g: usize) -> &[u8] {
-        &self.data[g * self.kp * self.group_rows..(g + 1) * self.kp * self.group_rows]
+        let bytes = self.kp * self.group_rows();
+        &self.data[g * bytes..(g + 1) * bytes]
     }
 
     /// Quantizes the `m` rows of `x` (`k` values each), split by groups of rows across
     /// `threads` of the worker's team where that is worth it (each row's bytes depend on
     /// that row only).
     #[allow(clippy::too_many_arguments)]
-    #[allow(clippy::too_many_arguments)]
     fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool, fixed_scale: Option<f32>, intgemm: bool, row_major: bool, threads: usize) {
         self.kp = k.div_ceil(4) * 4;
         self.row_major = row_major;
-        self.group_rows = if row_major { AMX_ROWS } else { MR };
-        let (kp, gr) = (self.kp, self.group_rows);
+        let (kp, gr) = (self.kp, self.group_rows());
         let groups = m.div_ceil(gr);
         // Grown, never shrunk: the buffer lives as long as the thread (see ACTIVATIONS).
         if self.data.len() < groups * kp * gr {
@@ -331,21 +338,28 @@ impl QuantizedRows {
 
     /// `128 Σ x` of each row of the `m` rows' groups (signed bytes), into `row_shifts`.
     fn fill_row_shifts(&mut self, m: usize) {
-        let (gr, kp) = (self.group_rows, self.kp);
-        let rows = m.div_ceil(gr) * gr;
+        let (gr, kp) = (self.group_rows(), self.kp);
         self.row_shifts.clear();
-        self.row_shifts.resize(rows, 0);
-        for (r, shift) in self.row_shifts.iter_mut().enumerate() {
-            let (g, lane) = (r / gr, r % gr);
+        self.row_shifts.resize(m.div_ceil(gr) * gr, 0);
+        for (g, shifts) in self.row_shifts.chunks_exact_mut(gr).enumerate() {
             let group = &self.data[g * kp * gr..(g + 1) * kp * gr];
-            let sum: i32 = if self.row_major {
-                group[lane * kp..(lane + 1) * kp].iter().map(|&v| v as i8 as i32).sum()
+            let mut sums = [0i32; AMX_ROWS];
+            if self.row_major {
+                for (lane, sum) in sums[..gr].iter_mut().enumerate() {
+                    *sum = group[lane * kp..(lane + 1) * kp].iter().map(|&v| v as i8 as i32).sum();
+                }
             } else {
-                group.chunks_exact(4 * MR).map(|step| step[lane * 4..lane * 4 + 4].iter().map(|&v| v as i8 as i32).sum::<i32>()).sum()
-            };
+                for step in group.chunks_exact(4 * MR) {
+                    for (sum, x) in sums.iter_mut().zip(step.chunks_exact(4)) {
+                        *sum += x.iter().map(|&v| v as i8 as i32).sum::<i32>();
+                    }
+                }
+            }
             // Wrapping, as the kernel's int32 sums do: the difference it takes is exact
             // modulo 2^32, and the true product fits.
-            *shift = sum.wrapping_mul(SHIFT);
+            for (shift, sum) in shifts.iter_mut().zip(sums) {
+                *shift = sum.wrapping_mul(SHIFT);
+            }
         }
     }
 
@@ -608,7 +622,7 @@ fn block_bytes() -> usize {
 fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, out: &Output, m: usize, threads: usize, isa: Isa, shifted: bool) {
     let n = w.n;
     let panels = n.div_ceil(NR);
-    let gr = a.group_rows;
+    let gr = a.group_rows();
     let groups = m.div_ceil(gr);
     // Panels are taken in blocks (`block_bytes`) that stay in L2 while every row group
     // multiplies them: each group then writes long contiguous runs of its output rows
