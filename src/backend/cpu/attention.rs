@@ -544,12 +544,32 @@ fn rows_ahead(width: usize) -> usize {
 /// step evicted them), and asked for a key at a time, their latency was not hidden. Zen 4,
 /// zh-en int8, cycles a key of a decoder step's self- and cross-attention (one process
 /// alternating the variants, 2026-11-29): greedy 1143 -> 575, beam 4 at AVX2 815 -> 519
-/// (its cross-attention, several beams a product, 547 -> 485); tokens/s +3% and +1%.
+/// (its cross-attention, several beams a product, 547 -> 485); tokens/s +3% and +1%. A Zen 5
+/// at AVX2 (2026-12-03, alternating, a noisy VM): beam 4 alike (403 vs 404 tokens/s over 6
+/// pairs), greedy ahead in each of 4 pairs (1030 vs 956 on average). On an
+/// Intel Xeon with AMX (family 6 model 167) at AVX2 the burst costs instead (2026-12-03,
+/// alternating, 150 verses, 3 rounds): greedy 695 vs 704 tokens/s without, beam 4 263 vs
+/// 269 (bursts of 4 to 16 rows, or asking 4 to 16 keys ahead in the loop, no better than
+/// none). So the burst is skipped on Intel's cores; `TOLK_ATTENTION_PREFETCH=1` / `=0`
+/// turns it on or off anywhere, to measure a new core.
 pub fn prefetch_rows(keys: &KvView, values: &KvView, len: usize, width: usize) {
+    if !prefetch_pays_off() {
+        return;
+    }
     for j in 0..len.min(rows_ahead(width)) {
         keys.prefetch(j, len, width, Cache::L2);
         values.prefetch(j, len, width, Cache::L2);
     }
+}
+
+/// Whether [`prefetch_rows`] asks for anything on this CPU (see there).
+fn prefetch_pays_off() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("TOLK_ATTENTION_PREFETCH").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => !isa::is_intel(),
+    })
 }
 
 /// Where [`KvView::prefetch`] brings a row.

@@ -247,8 +247,36 @@ pub fn l2_bytes() -> Option<usize> {
     })
 }
 
+/// Whether CPUID leaf 0 names the vendor "GenuineIntel" (for the few choices measured to
+/// go one way on Intel's cores and the other on AMD's).
+pub fn is_intel() -> bool {
+    static INTEL: OnceLock<bool> = OnceLock::new();
+    *INTEL.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::__cpuid;
+            // SAFETY: CPUID leaf 0 exists on every x86_64 CPU. (`__cpuid` is safe from
+            // Rust 1.94 on, unsafe before.)
+            #[allow(unused_unsafe)]
+            let leaf0 = unsafe { __cpuid(0) };
+            // The vendor string is EBX, EDX, ECX: "Genu" "ineI" "ntel".
+            return (leaf0.ebx, leaf0.edx, leaf0.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e);
+        }
+        #[allow(unreachable_code)]
+        false
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_vendor_agrees_with_proc_cpuinfo() {
+        let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else { return };
+        let Some(vendor) = cpuinfo.lines().find_map(|l| l.strip_prefix("vendor_id")) else { return };
+        let vendor = vendor.trim_start_matches([' ', '\t', ':']).trim();
+        assert_eq!(super::is_intel(), vendor == "GenuineIntel", "vendor_id {vendor:?}");
+    }
+
     #[test]
     fn the_l2_size_is_absent_or_plausible() {
         if let Some(l2) = super::l2_bytes() {
