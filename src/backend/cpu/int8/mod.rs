@@ -20,10 +20,17 @@
 //! the rest take the sign trick (`|x|` times `w` with the sign of `x`). The AMX kernel
 //! (`amx`) reads the same panels as tiles, with signed `x` as AVX-VNNI does.
 //! Every path is exact and all of them give bit-identical results.
+//!
+//! Here: the weights' packing and the product's driver (blocks of panels, row groups,
+//! epilogue) with the scalar references. `activations`: the rows quantized on the fly;
+//! `plan`: the AVX2 / AVX-512BW plans; a file per kernel family (`vnni`, `avx2`,
+//! `avx512bw`, `amx`, `intgemm` for Marian's shifted product) and `x86` for what they share.
 use super::isa::{self, Isa};
 use super::{ops, OutPtr};
 use std::sync::Mutex;
+use activations::{QuantizedRows, ACTIVATIONS};
 
+mod activations;
 #[cfg(target_arch = "x86_64")]
 mod amx;
 #[cfg(target_arch = "x86_64")]
@@ -31,9 +38,15 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512bw;
 #[cfg(target_arch = "x86_64")]
+mod intgemm;
+#[cfg(target_arch = "x86_64")]
 mod plan;
 #[cfg(target_arch = "x86_64")]
 mod quantize_avx2;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 /// Output columns per packed panel.
 pub const NR: usize = 32;
@@ -262,189 +275,6 @@ fn is_planned(isa: Isa, intgemm: bool) -> bool {
     !intgemm && matches!(isa, Isa::Avx2 | Isa::Avx512Bw)
 }
 
-/// Activations quantized per row, interleaved by groups of `MR` rows (`[k/4][MR][4]` bytes
-/// per group), shifted to u8 for the AVX-512 VNNI kernel; or, for the AMX kernel, row-major
-/// by groups of `AMX_ROWS` rows (`[AMX_ROWS][kp]`). Rows past `m` in the last group are stale
-/// and never stored.
-#[derive(Default)]
-struct QuantizedRows {
-    data: Vec<u8>,
-    /// Each row's bytes contiguous (A tiles), `AMX_ROWS` rows a group, instead of
-    /// interleaved by k-quads, `MR` rows a group.
-    row_major: bool,
-    /// `1 / scale_x` per row.
-    inv_scales: Vec<f32>,
-    /// `128 Σ x` per row, for the AVX-VNNI kernel (filled by `fill_row_shifts`), which
-    /// multiplies the stored `w + 128` by signed `x`.
-    row_shifts: Vec<i32>,
-    kp: usize,
-    /// Which kernel the AVX2 product runs on each k step (filled in `fill_companion`).
-    #[cfg(target_arch = "x86_64")]
-    plans: plan::Plans,
-}
-
-impl QuantizedRows {
-    /// Rows per group of the layout.
-    fn group_rows(&self) -> usize {
-        if self.row_major {
-            AMX_ROWS
-        } else {
-            MR
-        }
-    }
-
-    fn group(&self, g: usize) -> &[u8] {
-        let bytes = self.kp * self.group_rows();
-        &self.data[g * bytes..(g + 1) * bytes]
-    }
-
-    /// Quantizes the `m` rows of `x` (`k` values each), split by groups of rows across
-    /// `threads` of the worker's team where that is worth it (each row's bytes depend on
-    /// that row only).
-    #[allow(clippy::too_many_arguments)]
-    fn fill(&mut self, x: &[f32], m: usize, k: usize, shifted: bool, fixed_scale: Option<f32>, intgemm: bool, row_major: bool, threads: usize) {
-        self.kp = k.div_ceil(4) * 4;
-        self.row_major = row_major;
-        let (kp, gr) = (self.kp, self.group_rows());
-        let groups = m.div_ceil(gr);
-        // Grown, never shrunk: the buffer lives as long as the thread (see ACTIVATIONS).
-        if self.data.len() < groups * kp * gr {
-            self.data.resize(groups * kp * gr, 0);
-        }
-        if self.inv_scales.len() < groups * gr {
-            self.inv_scales.resize(groups * gr, 1.0);
-        }
-        let data = OutPtr(self.data.as_mut_ptr());
-        // Parts start at a group's first row, so no two threads write the same group. A
-        // value costs about 2 multiply-adds (its row's maximum, then the rounding).
-        super::split_rows(&mut self.inv_scales[..m], 1, threads, 2 * m * k, |r| r % gr == 0, |first, inv_scales| {
-            for (r, inv_scale) in (first..).zip(inv_scales) {
-                let (g, lane) = (r / gr, r % gr);
-                // SAFETY: group g lies within `data` (resized above); the rows of one group
-                // are in one part, so this thread alone writes it while the parts run.
-                let group = unsafe { std::slice::from_raw_parts_mut(data.get().add(g * kp * gr), kp * gr) };
-                // Row `lane`'s first byte and the distance between its k-quads.
-                let (dst, quad_stride) = if row_major { (&mut group[lane * kp..], 4) } else { (&mut group[lane * 4..], MR * 4) };
-                *inv_scale = match (intgemm, fixed_scale) {
-                    (true, Some(scale)) => {
-                        quantize_row_intgemm(&x[r * k..(r + 1) * k], dst, quad_stride, scale);
-                        1.0 / scale
-                    }
-                    _ => 1.0 / quantize_row(&x[r * k..(r + 1) * k], dst, quad_stride, shifted, fixed_scale),
-                };
-            }
-        });
-    }
-
-    /// `128 Σ x` of each row of the `m` rows' groups (signed bytes), into `row_shifts`.
-    fn fill_row_shifts(&mut self, m: usize) {
-        let (gr, kp) = (self.group_rows(), self.kp);
-        self.row_shifts.clear();
-        self.row_shifts.resize(m.div_ceil(gr) * gr, 0);
-        for (g, shifts) in self.row_shifts.chunks_exact_mut(gr).enumerate() {
-            let group = &self.data[g * kp * gr..(g + 1) * kp * gr];
-            let mut sums = [0i32; AMX_ROWS];
-            if self.row_major {
-                for (lane, sum) in sums[..gr].iter_mut().enumerate() {
-                    *sum = group[lane * kp..(lane + 1) * kp].iter().map(|&v| v as i8 as i32).sum();
-                }
-            } else {
-                for step in group.chunks_exact(4 * MR) {
-                    for (sum, x) in sums.iter_mut().zip(step.chunks_exact(4)) {
-                        *sum += x.iter().map(|&v| v as i8 as i32).sum::<i32>();
-                    }
-                }
-            }
-            // Wrapping, as the kernel's int32 sums do: the difference it takes is exact
-            // modulo 2^32, and the true product fits.
-            for (shift, sum) in shifts.iter_mut().zip(sums) {
-                *shift = sum.wrapping_mul(SHIFT);
-            }
-        }
-    }
-
-    /// Plans the product of the `m` rows of `data` for `isa`'s kernel (`plan`): which
-    /// kernel takes each k step.
-    #[cfg(target_arch = "x86_64")]
-    fn plan(&mut self, m: usize, isa: Isa) {
-        self.plans.fill(&self.data, m, self.kp, isa)
-    }
-}
-
-thread_local! {
-    /// Per-thread activation buffer reused by every product (no allocation per call).
-    static ACTIVATIONS: std::cell::RefCell<QuantizedRows> = std::cell::RefCell::new(QuantizedRows::default());
-}
-
-/// Stores the quantized bytes of 64-value chunk `chunk` of a row (`len` of them) into the
-/// row's k-quads, which start at `dst` and lie `quad_stride` bytes apart (interleaved rows
-/// or row-major), whole 4-byte groups (a tail group carries the bytes of `q` past `len`,
-/// against zero weights).
-#[inline(always)]
-fn store_groups(q: &[u8; 64], len: usize, chunk: usize, dst: &mut [u8], quad_stride: usize) {
-    for i in 0..len.div_ceil(4) {
-        let at = (chunk * 16 + i) * quad_stride;
-        dst[at..at + 4].copy_from_slice(&q[i * 4..i * 4 + 4]);
-    }
-}
-
-/// intgemm's `QuantizeU`: `rne(x * scale)` (the product rounded first) clamped to ±127,
-/// plus 127, into the row's k-quads at `dst`, `quad_stride` bytes apart.
-fn quantize_row_intgemm(row: &[f32], dst: &mut [u8], quad_stride: usize, scale: f32) {
-    #[inline(always)]
-    fn generic(row: &[f32], dst: &mut [u8], quad_stride: usize, scale: f32) {
-        let mut q = [0u8; 64];
-        for (c, chunk) in row.chunks(64).enumerate() {
-            for (o, &v) in q.iter_mut().zip(chunk) {
-                // NaN becomes -127 (`max` takes the number; `clamp` would keep the NaN),
-                // like cvtps_epi32's INT_MIN after intgemm's clamp.
-                #[allow(clippy::manual_clamp)]
-                let y = (v * scale).max(-127.0).min(127.0);
-                // 1.5 * 2^23 + y rounds y half to even into the low mantissa bits.
-                *o = ((y + 12_582_912.0).to_bits() as u8).wrapping_add(127);
-            }
-            store_groups(&q, chunk.len(), c, dst, quad_stride);
-        }
-    }
-    super::isa::dispatch_isa!(generic(row: &[f32], dst: &mut [u8], quad_stride: usize, scale: f32) -> ())
-}
-
-/// Quantizes one activation row into its k-quads, which start at `dst` and lie
-/// `quad_stride` bytes apart; returns the scale: `fixed_scale`, or the row's own
-/// (`127 / max|x|`).
-fn quantize_row(row: &[f32], dst: &mut [u8], quad_stride: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if isa::current().float_level() != isa::FloatLevel::Scalar {
-        // SAFETY: both vector levels have AVX2 and FMA, and isa::current() never reports
-        // more than the CPU supports.
-        return unsafe { quantize_avx2::quantize_row(row, dst, quad_stride, shifted, fixed_scale) };
-    }
-    quantize_row_scalar(row, dst, quad_stride, shifted, fixed_scale)
-}
-
-/// [`quantize_row`] without vector instructions, the reference of its AVX2 twin.
-fn quantize_row_scalar(row: &[f32], dst: &mut [u8], quad_stride: usize, shifted: bool, fixed_scale: Option<f32>) -> f32 {
-    // A fixed scale may take values past ±127: they are clamped to ±127 (never -128,
-    // which the sign trick of the AVX2 kernels cannot negate), as intgemm does.
-    let (scale, low) = match fixed_scale {
-        Some(scale) => (scale, 1.0f32),
-        None => (row_scale(row), 0.0),
-    };
-    // Rounded after the +128 shift, fused, exactly as CTranslate2's AVX2/AVX-512 kernels
-    // do (`vfmadd132ps` then `vroundps`); unshifted paths subtract the shift back.
-    let flip = if shifted { 0 } else { 0x80u8 };
-    let mut q = [0u8; 64];
-    for (c, chunk) in row.chunks(64).enumerate() {
-        q.fill(0);
-        for (o, &v) in q.iter_mut().zip(chunk) {
-            *o = quantize_byte(v, scale, low, flip);
-        }
-        store_groups(&q, chunk.len(), c, dst, quad_stride);
-    }
-    scale
-}
-
-
 /// One panel's share of the epilogue: scales, compensation and bias of its columns.
 struct PanelEpilogue {
     w_scales: [f32; NR],
@@ -579,7 +409,7 @@ fn quantized_product(x: &[f32], w: &PackedI8Matrix, bias: Option<&[f32]>, relu: 
         isa => isa,
     };
     // The AVX-512 VNNI kernel reads `x + 128` against signed weights; AVX-VNNI and AMX read
-    // signed `x` against the stored `w + 128` (see `x86::vnni256`, `amx`).
+    // signed `x` against the stored `w + 128` (see `vnni::vnni256`, `amx`).
     let shifted = intgemm || isa == Isa::Avx512Vnni;
     ACTIVATIONS.with(|a| {
         let mut a = a.borrow_mut();
@@ -712,18 +542,18 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     unsafe {
                         match isa {
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Vnni | Isa::Avx512Bw if t.e.intgemm => x86::tile_intgemm_512(ag, panel, a.kp, &t),
+                            Isa::Avx512Vnni | Isa::Avx512Bw if t.e.intgemm => intgemm::tile_intgemm_512(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::AvxVnni | Isa::Avx2 if t.e.intgemm => x86::tile_intgemm_256(ag, panel, a.kp, &t),
+                            Isa::AvxVnni | Isa::Avx2 if t.e.intgemm => intgemm::tile_intgemm_256(ag, panel, a.kp, &t),
                             _ if t.e.intgemm => tile_intgemm_scalar(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
                             Isa::Amx => amx::tile(ag, &a.row_shifts[g * gr..(g + 1) * gr], panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Vnni => x86::tile_avx512_vnni(ag, panel, a.kp, &t),
+                            Isa::Avx512Vnni => vnni::tile_avx512_vnni(ag, panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
                             Isa::Avx512Bw => avx512bw::tile(ag, &a.plans.group(g), panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
-                            Isa::AvxVnni => x86::tile_avx_vnni(ag, &a.row_shifts[g * MR..(g + 1) * MR], panel, a.kp, &t),
+                            Isa::AvxVnni => vnni::tile_avx_vnni(ag, &a.row_shifts[g * MR..(g + 1) * MR], panel, a.kp, &t),
                             #[cfg(target_arch = "x86_64")]
                             Isa::Avx2 => avx2::tile(ag, &a.plans.group(g), panel, a.kp, &t),
                             _ => tile_scalar(ag, panel, a.kp, shifted, &t),
@@ -792,273 +622,9 @@ fn tile_scalar(a: &[u8], panel: &[u8], kp: usize, shifted: bool, t: &TileOut) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{TileOut, MR, NR};
-    use std::arch::x86_64::*;
-
-    /// Issues the lines of `TileOut::prefetch` into L2 from the tile's first k steps on, at
-    /// least two lines a step and spread evenly (Bresenham: line `i` at step `i * steps /
-    /// lines`) when the share outnumbers the steps. It had issued one line every
-    /// `ceil(steps / lines)` steps, at most one a step: at 16 rows a lone prefetching group
-    /// fetched 1/4 of its share, and 63 lines in 64 steps came out as 32. Two a step beat
-    /// one (gemm_bench AVX2 32 x 65000 x 512, 85 lines in 64 steps: 197 -> 210 GOP/s);
-    /// more than the share needs did not (4 a step at 8 and 16 rows: equal or slower), nor
-    /// did spreading the share over every unit of the tile (8-15% slower).
-    pub(super) struct Prefetcher {
-        ptr: *const u8,
-        lines: usize,
-        steps: usize,
-        /// Issued lines times `steps`, ahead of the steps taken times `lines`.
-        credit: usize,
-        line: usize,
-    }
-
-    impl Prefetcher {
-        #[inline(always)]
-        pub(super) fn new(data: &[u8], steps: usize) -> Prefetcher {
-            let lines = data.len() / 64;
-            let steps = steps.min(lines.div_ceil(2)).max(1);
-            Prefetcher { ptr: data.as_ptr(), lines, steps, credit: steps - 1, line: 0 }
-        }
-
-        #[inline(always)]
-        pub(super) unsafe fn step(&mut self) {
-            if self.line < self.lines {
-                self.credit += self.lines;
-                while self.credit >= self.steps && self.line < self.lines {
-                    _mm_prefetch::<_MM_HINT_T1>(self.ptr.add(self.line * 64) as *const i8);
-                    self.line += 1;
-                    self.credit -= self.steps;
-                }
-            }
-        }
-    }
-
-    #[cfg(test)]
-    #[test]
-    fn the_prefetcher_issues_every_line_within_the_steps() {
-        let data = vec![0u8; 64 * 300];
-        for (lines, steps) in [(0, 64), (1, 64), (63, 64), (64, 64), (85, 64), (256, 64), (300, 1), (5, 0)] {
-            let mut p = Prefetcher::new(&data[..64 * lines], steps);
-            for _ in 0..steps.max(1) {
-                // SAFETY: prefetches of lines inside `data` (a hint; never faults).
-                unsafe { p.step() };
-            }
-            assert_eq!(p.line, lines, "{lines} lines in {steps} steps");
-        }
-    }
-
-    /// Calls the register-tiled kernel instantiated for the tile's row count (1..=8), and
-    /// for `$flag` after it where given.
-    macro_rules! by_rows {
-        ($kernel:ident $(, $flag:literal)?; $rows:expr, $($arg:expr),*) => {
-            match $rows {
-                8 => $kernel::<8 $(, $flag)?>($($arg),*),
-                7 => $kernel::<7 $(, $flag)?>($($arg),*),
-                6 => $kernel::<6 $(, $flag)?>($($arg),*),
-                5 => $kernel::<5 $(, $flag)?>($($arg),*),
-                4 => $kernel::<4 $(, $flag)?>($($arg),*),
-                3 => $kernel::<3 $(, $flag)?>($($arg),*),
-                2 => $kernel::<2 $(, $flag)?>($($arg),*),
-                _ => $kernel::<1 $(, $flag)?>($($arg),*),
-            }
-        };
-    }
-
-    /// Runs a 256-bit kernel (`$kernel::<R>`, and `$flag` where given) over the tile's rows
-    /// two at a time, then the odd row left; `$r` is the first row of each call.
-    macro_rules! by_row_pairs {
-        ($kernel:ident $(, $flag:literal)?; $t:expr, |$r:ident| ($($arg:expr),*)) => {{
-            let mut $r = 0;
-            while $r + 2 <= $t.rows {
-                $kernel::<2 $(, $flag)?>($($arg),*);
-                $r += 2;
-            }
-            if $r < $t.rows {
-                $kernel::<1 $(, $flag)?>($($arg),*);
-            }
-        }};
-    }
-
-    /// 64 stored weight bytes at `w` as the signed weights.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn signed512(w: *const u8) -> __m512i {
-        _mm512_xor_si512(_mm512_loadu_si512(w as *const _), _mm512_set1_epi8(super::WEIGHT_FLIP as i8))
-    }
-
-    /// 32 stored weight bytes at `w` as the signed weights.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn signed256(w: *const u8) -> __m256i {
-        _mm256_xor_si256(_mm256_loadu_si256(w as *const _), _mm256_set1_epi8(super::WEIGHT_FLIP as i8))
-    }
-
-    /// Row `r`'s 32 accumulators, in two zmm (column order), through the tile's epilogue.
-    /// Plain `inline(always)` (no intrinsics, no target features), so it is inlined into
-    /// every kernel as `TileOut::store` is.
-    #[inline(always)]
-    pub(super) fn store512(t: &TileOut, r: usize, s: [__m512i; 2]) {
-        // SAFETY: two zmm hold 32 i32 lanes; every bit pattern is an i32.
-        t.store(r, &unsafe { std::mem::transmute::<[__m512i; 2], [i32; NR]>(s) });
-    }
-
-    /// Row `r`'s 32 accumulators, in four ymm (column order), through the tile's epilogue.
-    #[inline(always)]
-    pub(super) fn store256(t: &TileOut, r: usize, s: [__m256i; 4]) {
-        // SAFETY: four ymm hold 32 i32 lanes; every bit pattern is an i32.
-        t.store(r, &unsafe { std::mem::transmute::<[__m256i; 4], [i32; NR]>(s) });
-    }
-
-    /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
-    #[inline(always)]
-    pub(super) unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
-        (a.add((g * MR + r) * 4) as *const i32).read_unaligned()
-    }
-
-    /// AVX-512 VNNI: up to 8 rows x 32 columns, 2 zmm accumulators per row.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn tile_avx512_vnni(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_rows!(vnni512; t.rows, a, panel, kp, t)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn vnni512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        let (a, w) = (a.as_ptr(), panel.as_ptr());
-        let mut s0 = [_mm512_setzero_si512(); R];
-        let mut s1 = [_mm512_setzero_si512(); R];
-        let mut pf = Prefetcher::new(t.prefetch, kp / 4);
-        for g in 0..kp / 4 {
-            pf.step();
-            // The row groups after the first find the panel in L2 and fetch it 8 steps ahead
-            // into L1. The first group does not: it streams the weights from memory, which
-            // the hardware prefetcher keeps ahead of, and the extra requests slowed it (Zen
-            // 4, 2026-11-29, alternating runs, one sentence at a time, where the first
-            // group is the only one: int8 beam 4 196-221 -> 244-250 tokens/s, greedy 202-248
-            // -> 260-288; gemm_bench 4x65000x512 162-177 -> 192-215 GOP/s).
-            if !t.streams {
-                _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(w.add((g + 8) * NR * 4 + 64) as *const i8);
-            }
-            let w0 = signed512(w.add(g * NR * 4));
-            let w1 = signed512(w.add(g * NR * 4 + 64));
-            for r in 0..R {
-                let xv = _mm512_set1_epi32(x4(a, g, r));
-                s0[r] = _mm512_dpbusd_epi32(s0[r], xv, w0);
-                s1[r] = _mm512_dpbusd_epi32(s1[r], xv, w1);
-            }
-        }
-        for r in 0..R {
-            store512(t, r, [s0[r], s1[r]]);
-        }
-    }
-
-    /// intgemm's shifted product (see `tile_intgemm_scalar`) with 512-bit `vpmaddubsw`.
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub unsafe fn tile_intgemm_512(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_rows!(intgemm512; t.rows, a, panel, kp, t)
-    }
-
-    #[inline]
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn intgemm512<const R: usize>(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        let (a, w) = (a.as_ptr(), panel.as_ptr());
-        let ones = _mm512_set1_epi16(1);
-        let mut s0 = [_mm512_setzero_si512(); R];
-        let mut s1 = [_mm512_setzero_si512(); R];
-        for g in 0..kp / 4 {
-            let w0 = signed512(w.add(g * NR * 4));
-            let w1 = signed512(w.add(g * NR * 4 + 64));
-            for r in 0..R {
-                let xv = _mm512_set1_epi32(x4(a, g, r));
-                s0[r] = _mm512_add_epi32(s0[r], _mm512_madd_epi16(_mm512_maddubs_epi16(xv, w0), ones));
-                s1[r] = _mm512_add_epi32(s1[r], _mm512_madd_epi16(_mm512_maddubs_epi16(xv, w1), ones));
-            }
-        }
-        for r in 0..R {
-            store512(t, r, [s0[r], s1[r]]);
-        }
-    }
-
-    /// intgemm's shifted product (see `tile_intgemm_scalar`) with 256-bit `vpmaddubsw`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile_intgemm_256(a: &[u8], panel: &[u8], kp: usize, t: &TileOut) {
-        by_row_pairs!(intgemm256; t, |r| (a, r, panel, kp, t))
-    }
-
-    #[inline]
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn intgemm256<const R: usize>(a: &[u8], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
-        let (a, w) = (a.as_ptr(), panel.as_ptr());
-        let ones = _mm256_set1_epi16(1);
-        let mut s = [[_mm256_setzero_si256(); 4]; R];
-        for g in 0..kp / 4 {
-            let wv = [0, 1, 2, 3].map(|j| signed256(w.add(g * NR * 4 + 32 * j)));
-            for r in 0..R {
-                let xv = _mm256_set1_epi32(x4(a, g, r0 + r));
-                for j in 0..4 {
-                    s[r][j] = _mm256_add_epi32(s[r][j], _mm256_madd_epi16(_mm256_maddubs_epi16(xv, wv[j]), ones));
-                }
-            }
-        }
-        for r in 0..R {
-            store256(t, r0 + r, s[r]);
-        }
-    }
-
-    /// AVX-VNNI (256-bit): rows three at a time x 32 columns (4 ymm per row), the rest two
-    /// or one. `vpdpbusd` multiplies the stored `w + 128` (its unsigned operand) by signed
-    /// `x`, so the weights need no flip; `row_shifts` holds each row's `128 Σ x`, taken off
-    /// before the epilogue. Three rows make 12 independent sums against two rows' 8:
-    /// `vpdpbusd` takes 4 cycles and 2 issue a cycle, so 8 chains reach 93% of its peak and
-    /// 12 all of it (Zen 5, 2026-12-01); 12 sums, 3 broadcasts and one weight register are
-    /// the 16 registers, which the flip's constant no longer needs.
-    #[target_feature(enable = "avx2,fma,avxvnni")]
-    pub unsafe fn tile_avx_vnni(a: &[u8], row_shifts: &[i32], panel: &[u8], kp: usize, t: &TileOut) {
-        let mut r = 0;
-        while r < t.rows {
-            match t.rows - r {
-                1 => vnni256::<1>(a, row_shifts, r, panel, kp, t),
-                2 => vnni256::<2>(a, row_shifts, r, panel, kp, t),
-                _ => vnni256::<3>(a, row_shifts, r, panel, kp, t),
-            }
-            r += 3;
-        }
-    }
-
-    #[inline]
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx2,fma,avxvnni")]
-    unsafe fn vnni256<const R: usize>(a: &[u8], row_shifts: &[i32], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
-        let (a, w) = (a.as_ptr(), panel.as_ptr());
-        let mut s = [[_mm256_setzero_si256(); 4]; R];
-        let mut pf = Prefetcher::new(if r0 == 0 { t.prefetch } else { &[] }, kp / 4);
-        for g in 0..kp / 4 {
-            pf.step();
-            let mut xv = [_mm256_setzero_si256(); R];
-            for r in 0..R {
-                xv[r] = _mm256_set1_epi32(x4(a, g, r0 + r));
-            }
-            for j in 0..4 {
-                let wj = _mm256_loadu_si256(w.add(g * NR * 4 + 32 * j) as *const _);
-                for r in 0..R {
-                    s[r][j] = _mm256_dpbusd_avx_epi32(s[r][j], wj, xv[r]);
-                }
-            }
-        }
-        for r in 0..R {
-            let shift = _mm256_set1_epi32(row_shifts[r0 + r]);
-            store256(t, r0 + r, s[r].map(|v| _mm256_sub_epi32(v, shift)));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::activations::quantize_row_scalar;
     use super::*;
 
     fn lcg(seed: &mut u64) -> f32 {

@@ -1,0 +1,126 @@
+//! What the x86 int8 kernels share: the L2 prefetcher of the next block's weights, the
+//! dispatch over a tile's row count, the weights' sign flip, stores through the epilogue.
+use super::{TileOut, MR, NR};
+use std::arch::x86_64::*;
+
+/// Issues the lines of `TileOut::prefetch` into L2 from the tile's first k steps on, at
+/// least two lines a step and spread evenly (Bresenham: line `i` at step `i * steps /
+/// lines`) when the share outnumbers the steps. It had issued one line every
+/// `ceil(steps / lines)` steps, at most one a step: at 16 rows a lone prefetching group
+/// fetched 1/4 of its share, and 63 lines in 64 steps came out as 32. Two a step beat
+/// one (gemm_bench AVX2 32 x 65000 x 512, 85 lines in 64 steps: 197 -> 210 GOP/s);
+/// more than the share needs did not (4 a step at 8 and 16 rows: equal or slower), nor
+/// did spreading the share over every unit of the tile (8-15% slower).
+pub(super) struct Prefetcher {
+    ptr: *const u8,
+    lines: usize,
+    steps: usize,
+    /// Issued lines times `steps`, ahead of the steps taken times `lines`.
+    credit: usize,
+    line: usize,
+}
+
+impl Prefetcher {
+    #[inline(always)]
+    pub(super) fn new(data: &[u8], steps: usize) -> Prefetcher {
+        let lines = data.len() / 64;
+        let steps = steps.min(lines.div_ceil(2)).max(1);
+        Prefetcher { ptr: data.as_ptr(), lines, steps, credit: steps - 1, line: 0 }
+    }
+
+    #[inline(always)]
+    pub(super) unsafe fn step(&mut self) {
+        if self.line < self.lines {
+            self.credit += self.lines;
+            while self.credit >= self.steps && self.line < self.lines {
+                _mm_prefetch::<_MM_HINT_T1>(self.ptr.add(self.line * 64) as *const i8);
+                self.line += 1;
+                self.credit -= self.steps;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn the_prefetcher_issues_every_line_within_the_steps() {
+    let data = vec![0u8; 64 * 300];
+    for (lines, steps) in [(0, 64), (1, 64), (63, 64), (64, 64), (85, 64), (256, 64), (300, 1), (5, 0)] {
+        let mut p = Prefetcher::new(&data[..64 * lines], steps);
+        for _ in 0..steps.max(1) {
+            // SAFETY: prefetches of lines inside `data` (a hint; never faults).
+            unsafe { p.step() };
+        }
+        assert_eq!(p.line, lines, "{lines} lines in {steps} steps");
+    }
+}
+
+/// Calls the register-tiled kernel instantiated for the tile's row count (1..=8), and
+/// for `$flag` after it where given.
+macro_rules! by_rows {
+    ($kernel:ident $(, $flag:literal)?; $rows:expr, $($arg:expr),*) => {
+        match $rows {
+            8 => $kernel::<8 $(, $flag)?>($($arg),*),
+            7 => $kernel::<7 $(, $flag)?>($($arg),*),
+            6 => $kernel::<6 $(, $flag)?>($($arg),*),
+            5 => $kernel::<5 $(, $flag)?>($($arg),*),
+            4 => $kernel::<4 $(, $flag)?>($($arg),*),
+            3 => $kernel::<3 $(, $flag)?>($($arg),*),
+            2 => $kernel::<2 $(, $flag)?>($($arg),*),
+            _ => $kernel::<1 $(, $flag)?>($($arg),*),
+        }
+    };
+}
+
+/// Runs a 256-bit kernel (`$kernel::<R>`, and `$flag` where given) over the tile's rows
+/// two at a time, then the odd row left; `$r` is the first row of each call.
+macro_rules! by_row_pairs {
+    ($kernel:ident $(, $flag:literal)?; $t:expr, |$r:ident| ($($arg:expr),*)) => {{
+        let mut $r = 0;
+        while $r + 2 <= $t.rows {
+            $kernel::<2 $(, $flag)?>($($arg),*);
+            $r += 2;
+        }
+        if $r < $t.rows {
+            $kernel::<1 $(, $flag)?>($($arg),*);
+        }
+    }};
+}
+
+pub(super) use {by_row_pairs, by_rows};
+
+/// 64 stored weight bytes at `w` as the signed weights.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn signed512(w: *const u8) -> __m512i {
+    _mm512_xor_si512(_mm512_loadu_si512(w as *const _), _mm512_set1_epi8(super::WEIGHT_FLIP as i8))
+}
+
+/// 32 stored weight bytes at `w` as the signed weights.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn signed256(w: *const u8) -> __m256i {
+    _mm256_xor_si256(_mm256_loadu_si256(w as *const _), _mm256_set1_epi8(super::WEIGHT_FLIP as i8))
+}
+
+/// Row `r`'s 32 accumulators, in two zmm (column order), through the tile's epilogue.
+/// Plain `inline(always)` (no intrinsics, no target features), so it is inlined into
+/// every kernel as `TileOut::store` is.
+#[inline(always)]
+pub(super) fn store512(t: &TileOut, r: usize, s: [__m512i; 2]) {
+    // SAFETY: two zmm hold 32 i32 lanes; every bit pattern is an i32.
+    t.store(r, &unsafe { std::mem::transmute::<[__m512i; 2], [i32; NR]>(s) });
+}
+
+/// Row `r`'s 32 accumulators, in four ymm (column order), through the tile's epilogue.
+#[inline(always)]
+pub(super) fn store256(t: &TileOut, r: usize, s: [__m256i; 4]) {
+    // SAFETY: four ymm hold 32 i32 lanes; every bit pattern is an i32.
+    t.store(r, &unsafe { std::mem::transmute::<[__m256i; 4], [i32; NR]>(s) });
+}
+
+/// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
+#[inline(always)]
+pub(super) unsafe fn x4(a: *const u8, g: usize, r: usize) -> i32 {
+    (a.add((g * MR + r) * 4) as *const i32).read_unaligned()
+}
