@@ -158,7 +158,7 @@ fn broken_file_sets_are_errors_like_broken_directories() {
     let e = Model::load_from_memory(&without(&files, "model.bin"), &options).err().unwrap();
     assert_eq!(e.kind, ErrorKind::Io);
     assert!(e.message.contains("config.json, shared_vocabulary.json"), "{}", e.message);
-    // Without config.json, as without it in a directory: CTranslate2's defaults.
+    // Without config.json, as without it in a directory: an error beside a version 6 model.bin.
     std::fs::remove_file(dir.join("config.json")).unwrap();
     let no_config = without(&files, "config.json");
     assert_eq!(kind(&no_config), Model::load(&dir).err().map(|e| e.kind));

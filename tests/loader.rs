@@ -67,6 +67,44 @@ fn missing_files_and_directories_are_io_errors() {
 }
 
 #[test]
+fn config_json_is_required_beside_a_version_6_model_bin() {
+    let dir = write_model_dir(&temp_dir("no-config"), &tiny_model_bin(2, VOCAB), &tiny_vocabulary(VOCAB));
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    let err = load(&dir).err().unwrap();
+    assert_eq!(err.kind, ErrorKind::Io);
+    assert!(err.message.contains("no config.json") && err.message.contains("version 6"), "{}", err.message);
+    // Version 5 models were written before config.json existed: CTranslate2's defaults.
+    let mut bytes = tiny_model_bin(2, VOCAB);
+    bytes[..4].copy_from_slice(&5u32.to_le_bytes());
+    std::fs::write(dir.join("model.bin"), &bytes).unwrap();
+    load(&dir).expect("a version 5 model.bin loads without config.json");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A model keeps nothing of the mapped file after load: once the file is truncated (as
+/// `cp new.bin model.bin` does) it translates as before, and only a new load sees the
+/// file's new state, as a clean error.
+#[test]
+fn a_loaded_model_never_reads_its_file_again() {
+    use tolk::ComputeType;
+    for (name, bytes) in [("f32", tiny_model_bin(4, VOCAB)), ("int8", tiny_int8_model_bin(4, VOCAB))] {
+        let dir = write_model_dir(&temp_dir(&format!("truncated-{name}")), &bytes, &tiny_vocabulary(VOCAB));
+        let src: Vec<Vec<String>> = (0..3).map(|i| (0..2 + i).map(|j| format!("w{}", 3 + (i + j * 5) % 9)).collect()).collect();
+        let opts = TranslateOptions { beam_size: 2, max_decoding_length: 8, ..Default::default() };
+        for compute_type in [ComputeType::Float32, ComputeType::Int8] {
+            let model = Model::load_with(&dir, compute_type).unwrap();
+            let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+            let before = translator.translate_batch(&src, None, &opts).unwrap();
+            std::fs::File::options().write(true).open(dir.join("model.bin")).unwrap().set_len(0).unwrap();
+            assert_eq!(translator.translate_batch(&src, None, &opts).unwrap(), before, "{name} as {compute_type:?}");
+            assert_eq!(Model::load_with(&dir, compute_type).err().map(|e| e.kind), Some(ErrorKind::InvalidModel));
+            std::fs::write(dir.join("model.bin"), &bytes).unwrap();
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
 fn old_binary_versions_are_refused_by_name() {
     let mut bytes = tiny_model_bin(3, VOCAB);
     bytes[..4].copy_from_slice(&4u32.to_le_bytes());

@@ -110,7 +110,9 @@ impl Backend for CpuBackend {
     }
 
     fn vector(&self, data: Arc<Tensor>) -> Result<Arc<Tensor>> {
-        Ok(data)
+        // Kept for the model's life, so owned: a vector still borrowed from the mapped file
+        // would fault (SIGBUS) once the file is truncated or rewritten in place.
+        Ok(if data.is_mapped() { Arc::new(Tensor::from_vec(data.to_vec(), data.shape().to_vec())) } else { data })
     }
 
     fn gather(&self, vector: &Arc<Tensor>, ids: &[u32]) -> Arc<Tensor> {

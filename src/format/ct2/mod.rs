@@ -39,11 +39,21 @@ impl Ct2Dir {
         if !files.is_file(&bin_path) {
             return Err(Error::io(format!("no model.bin in {}", files.describe(dir))));
         }
+        let bin = ModelBin::parse(files.map(&bin_path)?)?;
         let config_path = dir.join("config.json");
         let config = if files.is_file(&config_path) {
             Ct2Config::parse(&files.read_text(&config_path)?)?
-        } else {
+        } else if bin.binary_version < 6 {
             Ct2Config::default()
+        } else {
+            // Its special tokens and `add_source_bos/eos` change every translation: guessed,
+            // they came out as garbage (and CTranslate2 4.8 does not load such a directory).
+            return Err(Error::io(format!(
+                "no config.json in {}: a model.bin of binary version {} is written with one (it names the \
+                 special tokens and what the source gets added); copy it from where the model was converted",
+                files.describe(dir),
+                bin.binary_version
+            )));
         };
         let unk = config.unk_token.clone();
         let (source_vocabulary, target_vocabulary) = match Vocabulary::load(files, dir, "shared_vocabulary", &unk)? {
@@ -69,7 +79,6 @@ impl Ct2Dir {
         };
         let special = [config.unk_token.as_str(), config.bos_token.as_str(), config.eos_token.as_str()];
         let vocabulary_map = VocabularyMap::load(files, dir, &target_vocabulary, special)?;
-        let bin = ModelBin::parse(files.map(&bin_path)?)?;
         Ok(Ct2Dir { bin, config, source_vocabulary, target_vocabulary, vocabulary_map })
     }
 }
