@@ -1055,7 +1055,9 @@ struct TolkStreamOptions tolk_stream_options_default(void);
  *
  * A file output is written to a temporary file beside it (".NAME.tolk-PID-N.tmp") and
  * renamed over it at the end: on any failure no output file is created or changed.
- * Standard output, devices and FIFOs are written as chunks are translated.
+ * Standard output, devices and FIFOs are written as chunks are translated. A path naming
+ * an open descriptor ("/dev/stdout", "/dev/stdin", "/dev/fd/N", "/proc/self/fd/N") reads
+ * or writes that descriptor at its offset, as NULL / "-" do for standard input and output.
  *
  * # Safety
  * `translator` must be a live translator; the paths NULL or NUL-terminated; the option

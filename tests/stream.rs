@@ -312,3 +312,37 @@ fn waiting_with_progress_always_gets_the_output() {
         assert_eq!(out.unwrap_or_else(|e| panic!("round {round}: {e}")).len(), texts.len());
     }
 }
+
+/// A path naming an open descriptor (`/dev/fd/N`, as `/dev/stdout` names fd 1) is read and
+/// written where that descriptor is: what the program wrote before and after stays, and
+/// input already consumed is not read again (opened by name, the output file was replaced
+/// by the rename and the input read from its start).
+#[cfg(unix)]
+#[test]
+fn descriptor_paths_read_and_write_where_the_descriptor_is() {
+    use std::io::{Seek, Write};
+    use std::os::fd::AsRawFd;
+    let translator = fixture_translator(1);
+    let dir = temp_dir("descriptors");
+    let (in_path, out_path, reference_path) = (dir.join("in.txt"), dir.join("out.txt"), dir.join("reference.txt"));
+    std::fs::write(&in_path, "skipped line\nHello world.\nThe cat sat on the mat.\n").unwrap();
+    std::fs::write(dir.join("rest.txt"), "Hello world.\nThe cat sat on the mat.\n").unwrap();
+    let text = TextOptions::default();
+    let stream = StreamOptions::default();
+    translator.translate_file(&dir.join("rest.txt"), &reference_path, &quick(), &text, &stream, &mut |_, _| true).unwrap();
+    let expected = std::fs::read_to_string(&reference_path).unwrap();
+
+    let mut input = std::fs::File::open(&in_path).unwrap();
+    input.seek(std::io::SeekFrom::Start("skipped line\n".len() as u64)).unwrap();
+    let mut output = std::fs::File::create(&out_path).unwrap();
+    output.write_all(b"before\n").unwrap();
+    let (input_fd, output_fd) = (PathBuf::from(format!("/dev/fd/{}", input.as_raw_fd())), PathBuf::from(format!("/dev/fd/{}", output.as_raw_fd())));
+    let lines = translator.translate_file(&input_fd, &output_fd, &quick(), &text, &stream, &mut |_, _| true).unwrap();
+    assert_eq!(lines, 2);
+    output.write_all(b"after\n").unwrap();
+    assert_eq!(std::fs::read_to_string(&out_path).unwrap(), format!("before\n{expected}after\n"));
+    // A descriptor that is not open is an I/O error naming the path.
+    let e = translator.translate_file(&in_path, Path::new("/dev/fd/987654"), &quick(), &text, &stream, &mut |_, _| true).err().unwrap();
+    assert!(e.kind == ErrorKind::Io && e.message.contains("/dev/fd/987654"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}

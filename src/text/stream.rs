@@ -75,7 +75,8 @@ pub fn translate_stream<R: BufRead, W: Write>(
 /// temporary file beside it, renamed over it once everything is translated: a failed or
 /// cancelled call leaves no partial output (an existing file keeps its contents; the new
 /// one gets its permissions). Devices and FIFOs are written to directly; standard output
-/// is written as chunks are translated.
+/// is written as chunks are translated, and a path naming an open descriptor
+/// (`/dev/stdout`, `/dev/fd/N`, ...) reads or writes that descriptor where it is.
 pub fn translate_file(
     translator: &Translator,
     input: &Path,
@@ -92,7 +93,7 @@ pub fn translate_file(
         (LineReader::new(Box::new(stdin.lock()), "standard input"), standard_input_lines())
     } else {
         let name = input.display().to_string();
-        let file = File::open(input).map_err(|e| Error::io(format!("cannot open {name}: {e}")))?;
+        let file = open_descriptor(input).unwrap_or_else(|| File::open(input)).map_err(|e| Error::io(format!("cannot open {name}: {e}")))?;
         let total = file.metadata().is_ok_and(|m| m.is_file()).then(|| count_lines(&file)).flatten();
         (LineReader::new(Box::new(BufReader::with_capacity(IO_BUFFER, file)), name), total)
     };
@@ -110,6 +111,35 @@ pub fn translate_file(
 
 fn is_standard(path: &Path) -> bool {
     path.as_os_str() == "-"
+}
+
+/// A duplicate of the descriptor `path` names when it names one of the process's open
+/// files (`/dev/stdin`, `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N`).
+/// Opened by name, a redirected one would be a new file description at offset 0, and as
+/// an output its file would be replaced by the rename (what the program wrote before,
+/// lost); the duplicate reads and writes where the process is.
+#[cfg(unix)]
+fn open_descriptor(path: &Path) -> Option<io::Result<File>> {
+    use std::os::fd::FromRawFd;
+    let text = path.to_str()?;
+    let fd: libc::c_int = match text {
+        "/dev/stdin" => 0,
+        "/dev/stdout" => 1,
+        "/dev/stderr" => 2,
+        _ => ["/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/"].iter().find_map(|p| text.strip_prefix(p))?.parse().ok()?,
+    };
+    // SAFETY: fcntl only reads its integer arguments; a descriptor that is not open is EBADF.
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if copy < 0 {
+        return Some(Err(io::Error::last_os_error()));
+    }
+    // SAFETY: `copy` is a new descriptor that nothing else owns.
+    Some(Ok(unsafe { File::from_raw_fd(copy) }))
+}
+
+#[cfg(not(unix))]
+fn open_descriptor(_path: &Path) -> Option<io::Result<File>> {
+    None
 }
 
 /// What one streaming translation needs besides its input and output.
@@ -459,6 +489,10 @@ struct OutputFile {
 impl OutputFile {
     fn create(path: &Path) -> Result<OutputFile> {
         let name = path.display();
+        if let Some(file) = open_descriptor(path) {
+            let file = file.map_err(|e| Error::io(format!("cannot open {name}: {e}")))?;
+            return Ok(OutputFile { writer: BufWriter::with_capacity(IO_BUFFER, file), destination: path.to_path_buf(), temporary: None });
+        }
         // A symbolic link stays one: its target gets the translation.
         let destination = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let existing = fs::metadata(&destination).ok();
