@@ -9,6 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -276,6 +277,45 @@ static void test_text_job_equals_blocking_call(const TolkModel *model) {
     tolk_translator_free(translator);
 }
 
+/* A blocking call on the translator from its own on_complete is refused (it would wait for
+ * the worker it runs on), and tolk_job_wait returns only after on_complete has returned. */
+typedef struct {
+    const TolkTranslator *translator;
+    atomic_int nested_status;
+    atomic_int returned;
+} Reentrant;
+
+static void reentrant_on_complete(void *user_data, TolkStatus status) {
+    Reentrant *r = user_data;
+    (void)status;
+    TolkTranslateOptions o = options(1, 5);
+    TolkResult *nested = NULL;
+    TolkStatus s = tolk_translate_batch(r->translator, SOURCE, LENGTHS, 2, NULL, NULL, &o, &nested);
+    if (s == TOLK_OK) tolk_result_free(nested);
+    atomic_store(&r->nested_status, (int)s);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    atomic_store(&r->returned, 1);
+}
+
+static void test_blocking_calls_from_callbacks(const TolkModel *model) {
+    TolkTranslator *translator = new_translator(model, 1);
+    if (!translator) return;
+    TolkTranslateOptions o = options(1, 5);
+    for (int round = 0; round < 3; round++) {
+        Reentrant r = {translator, -1, 0};
+        atomic_init(&r.nested_status, -1);
+        atomic_init(&r.returned, 0);
+        TolkJob *job = NULL;
+        CHECK_STATUS(tolk_translate_batch_async(translator, SOURCE, LENGTHS, SENTENCES, NULL, NULL, &o, reentrant_on_complete, &r, &job), TOLK_OK);
+        CHECK_STATUS(tolk_job_wait(job), TOLK_OK);
+        CHECK(atomic_load(&r.returned) == 1);
+        CHECK(atomic_load(&r.nested_status) == TOLK_ERROR_INVALID_ARGUMENT);
+        tolk_job_free(job);
+    }
+    tolk_translator_free(translator);
+}
+
 static void test_null_pointers(const TolkModel *model) {
     TolkTranslator *translator = new_translator(model, 1);
     TolkJob *job = (TolkJob *)1;
@@ -313,6 +353,7 @@ int main(int argc, char **argv) {
     test_free_translator_with_jobs_in_flight(model);
     test_token_streaming(model);
     test_text_job_equals_blocking_call(model);
+    test_blocking_calls_from_callbacks(model);
     test_null_pointers(model);
     tolk_model_free(model);
     return finish("async_test");

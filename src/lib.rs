@@ -405,7 +405,7 @@ impl Translator {
         on_token: TokenCallback,
     ) -> Result<Vec<TranslationResult>> {
         let hooks = BatchHooks { on_token: Some(on_token), on_complete: None };
-        self.submit_batch(source.to_vec(), target_prefix.map(<[_]>::to_vec), options, hooks)?.wait()
+        self.submit_batch(source.to_vec(), target_prefix.map(<[_]>::to_vec), options, hooks)?.wait_blocking(&mut |_, _| true)
     }
 
     /// Translates texts (each one independently): sentences are split, tokenized, translated
@@ -430,7 +430,7 @@ impl Translator {
         text_options: &TextOptions,
         progress: &mut dyn FnMut(usize, usize) -> bool,
     ) -> Result<Vec<TextTranslation>> {
-        self.submit_text(texts, options, text_options, TextHooks::default())?.wait_with_progress(progress)
+        self.submit_text(texts, options, text_options, TextHooks::default())?.wait_blocking(progress)
     }
 
     /// [`Translator::translate_text`] with `on_token` called for each generated token with
@@ -442,7 +442,7 @@ impl Translator {
         text_options: &TextOptions,
         on_token: TextTokenCallback,
     ) -> Result<Vec<TextTranslation>> {
-        self.submit_text(texts, options, text_options, TextHooks { on_token: Some(on_token), on_complete: None })?.wait()
+        self.submit_text(texts, options, text_options, TextHooks { on_token: Some(on_token), on_complete: None })?.wait_blocking(&mut |_, _| true)
     }
 
     /// Queues a text translation (see [`Translator::translate_text`]) and returns at once.

@@ -305,3 +305,47 @@ fn workers_share_the_model_weights() {
     // The int8 weights are ~77 MB: a copy per worker would add hundreds of MB.
     assert!(after < before + 40_000, "4 workers added {} kB", after.saturating_sub(before));
 }
+
+/// A blocking call on a translator from inside one of its own callbacks (on_token,
+/// on_complete) would wait for the worker it runs on: it is refused with an error instead
+/// of hanging, the outer translation goes on, and async submissions from there still work.
+/// A wait returns only after the job's completion callback has returned.
+#[test]
+fn waiting_inside_the_translators_own_callbacks_is_refused_not_a_deadlock() {
+    let model = tiny_model("reentrant");
+    let t = Arc::new(translator(&model, 1));
+    let source = mixed_sentences(6, 4);
+    let opts = options(1, 4);
+    let refused = Arc::new(Mutex::new(Vec::new()));
+    let (weak, seen, inner_source, inner_opts) = (Arc::downgrade(&t), Arc::clone(&refused), source.clone(), opts.clone());
+    let on_token: tolk::TokenCallback = Arc::new(move |_| {
+        if let Some(t) = weak.upgrade() {
+            seen.lock().unwrap().push(t.translate_batch(&inner_source[..1], None, &inner_opts).err().map(|e| e.kind));
+        }
+        true
+    });
+    let outer = t.translate_batch_streaming(&source, None, &opts, on_token).unwrap();
+    assert_eq!(outer, t.translate_batch(&source, None, &opts).unwrap());
+    let refused = refused.lock().unwrap();
+    assert!(!refused.is_empty() && refused.iter().all(|k| *k == Some(ErrorKind::InvalidArgument)), "{refused:?}");
+
+    // From on_complete: the blocking call is refused, an async job is accepted; the wait
+    // for the outer job returns after the callback, whose results are then in place.
+    let outcome = Arc::new(Mutex::new(None));
+    let (weak, out, inner_source, inner_opts) = (Arc::downgrade(&t), Arc::clone(&outcome), source.clone(), opts.clone());
+    let hooks = BatchHooks {
+        on_complete: Some(Box::new(move |_| {
+            let t = weak.upgrade().unwrap();
+            let blocking = t.translate_batch(&inner_source, None, &inner_opts).err().map(|e| e.kind);
+            std::thread::sleep(Duration::from_millis(50));
+            let job = t.submit_batch(inner_source.clone(), None, &inner_opts, BatchHooks::default()).unwrap();
+            *out.lock().unwrap() = Some((blocking, job));
+        })),
+        ..Default::default()
+    };
+    let job = t.submit_batch(source.clone(), None, &opts, hooks).unwrap();
+    assert_eq!(job.wait().unwrap(), outer);
+    let (blocking, inner) = outcome.lock().unwrap().take().expect("the callback has returned before the wait did");
+    assert_eq!(blocking, Some(ErrorKind::InvalidArgument));
+    assert_eq!(inner.wait().unwrap(), outer, "the job submitted from the callback ran");
+}

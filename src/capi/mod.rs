@@ -884,7 +884,7 @@ pub unsafe extern "C" fn tolk_translate_batch(
         let (source, prefix) = read_sources(source, source_lengths, batch_size, target_prefix, target_prefix_lengths)?;
         let hooks = BatchHooks { on_token: tokens.batch_callback(), on_complete: None };
         let job = translator.translator.submit_batch(source, prefix, &opts, hooks)?;
-        let results = job.wait_with_progress(&mut |done, total| progress.report(done, total))?;
+        let results = job.wait_blocking(&mut |done, total| progress.report(done, total))?;
         *out = Box::into_raw(Box::new(TolkResult::new(results)));
         Ok(())
     })

@@ -211,7 +211,7 @@ unsafe fn translate(
     let text_options = read_text_options(text_options)?;
     let hooks = TextHooks { on_token: tokens.text_callback(), on_complete: None };
     let job = translator.translator.submit_text(texts, &options, &text_options, hooks)?;
-    let translated = job.wait_with_progress(&mut |done, total| progress.report(done, total))?;
+    let translated = job.wait_blocking(&mut |done, total| progress.report(done, total))?;
     *out = Box::into_raw(Box::new(TolkTextResult::new(translated)));
     Ok(())
 }

@@ -288,8 +288,8 @@ enum Translated {
 impl Pending {
     fn wait(&self, progress: &mut dyn FnMut(usize, usize) -> bool) -> Result<Translated> {
         Ok(match self {
-            Pending::Text(job) => Translated::Text(job.wait_with_progress(progress)?),
-            Pending::Tokens(job) => Translated::Tokens(job.wait_with_progress(progress)?),
+            Pending::Text(job) => Translated::Text(job.wait_blocking(progress)?),
+            Pending::Tokens(job) => Translated::Tokens(job.wait_blocking(progress)?),
         })
     }
 

@@ -22,6 +22,8 @@ pub type CompletionCallback = Box<dyn FnOnce(Option<&Error>) + Send>;
 /// What a submitted request holds: its input, options and results.
 pub(crate) struct Request<T> {
     pub model: Arc<dyn TranslationModel>,
+    /// The translator's workers (`Workers::id`): a wait on one of them would wait for itself.
+    pool: usize,
     pub source: Vec<Vec<String>>,
     pub target_prefix: Option<Vec<Vec<String>>>,
     pub options: TranslateOptions,
@@ -68,8 +70,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<T: Send + 'static> Request<T> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         model: Arc<dyn TranslationModel>,
+        pool: usize,
         source: Vec<Vec<String>>,
         target_prefix: Option<Vec<Vec<String>>>,
         mut options: TranslateOptions,
@@ -102,6 +106,7 @@ impl<T: Send + 'static> Request<T> {
         let request = Arc::new(Request {
             claimed,
             model,
+            pool,
             source,
             target_prefix,
             options,
@@ -201,6 +206,13 @@ impl<T: Send + 'static> Request<T> {
         drop(state);
         self.changed.notify_all();
     }
+}
+
+/// Whether a waiter is done waiting: the job has ended and its completion callback has
+/// returned (so the caller may free what the callback uses), or this thread runs that
+/// callback (a wait inside it does not wait for itself).
+fn over<T>(state: &State<T>) -> bool {
+    state.ended && (state.settled || state.callback_thread == Some(std::thread::current().id()))
 }
 
 /// Runs `f`, turning a panic into an internal error.
@@ -569,11 +581,12 @@ impl<T: Send + 'static> Job<T> {
         }
     }
 
-    /// Blocks until the job ends, or until `timeout` has passed (then false).
+    /// Blocks until the job ends (and its completion callback has returned, as for every
+    /// wait), or until `timeout` has passed (then false).
     pub fn wait_for(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut state = lock(&self.request.state);
-        while !state.ended {
+        while !over(&state) {
             let now = Instant::now();
             if now >= deadline {
                 return false;
@@ -587,13 +600,39 @@ impl<T: Send + 'static> Job<T> {
     /// output is then ready for [`Job::wait`]), else its error. The output stays in place.
     pub fn finished(&self) -> Result<()> {
         let mut state = lock(&self.request.state);
-        while !state.ended {
+        self.refuse_waiting_on_own_worker(state.ended)?;
+        while !over(&state) {
             state = self.request.changed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
         match &state.outcome {
             Some(Err(e)) => Err(e.clone()),
             _ => Ok(()),
         }
+    }
+
+    /// A wait from a callback running on one of the translator's workers (`on_token`,
+    /// `on_complete`) for a job that has not ended: refused, as that worker cannot run the
+    /// job's batches while it waits (with one worker, a wait forever).
+    fn refuse_waiting_on_own_worker(&self, ended: bool) -> Result<()> {
+        if !ended && super::workers::on_worker_of(self.request.pool) {
+            return Err(Error::invalid_argument(
+                "a translation was waited for inside a callback of the translator running it (on one of its \
+                 workers, which would wait for itself): submit it as an async job without waiting, or use \
+                 another translator",
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Job::wait_with_progress`] for a job the caller submitted only to wait for it (a
+    /// blocking call): refused inside a callback of the translator, it is cancelled, so
+    /// that none of its callbacks runs after the call returned.
+    pub(crate) fn wait_blocking(&self, progress: &mut dyn FnMut(usize, usize) -> bool) -> Result<T> {
+        let result = self.wait_with_progress(progress);
+        if result.is_err() && !self.is_done() {
+            self.cancel();
+        }
+        result
     }
 
     /// Blocks until the job ends and returns its output (an error once it was taken).
@@ -610,6 +649,7 @@ impl<T: Send + 'static> Job<T> {
         let mut calls = 0;
         let mut refused = false;
         let mut state = lock(&self.request.state);
+        self.refuse_waiting_on_own_worker(state.ended)?;
         loop {
             if calls < state.milestones.len() && !refused {
                 reported = state.milestones[calls];
@@ -622,7 +662,7 @@ impl<T: Send + 'static> Job<T> {
                 state = lock(&self.request.state);
                 continue;
             }
-            if state.ended {
+            if over(&state) {
                 break;
             }
             state = self.request.changed.wait(state).unwrap_or_else(|e| e.into_inner());

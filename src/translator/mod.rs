@@ -301,7 +301,7 @@ impl Translator {
         progress: &mut dyn FnMut(usize, usize) -> bool,
     ) -> Result<Vec<TranslationResult>> {
         let job = self.submit(source.to_vec(), target_prefix.map(<[_]>::to_vec), options.clone(), None, Box::new(Ok), None)?;
-        job.wait_with_progress(progress)
+        job.wait_blocking(progress)
     }
 
     /// Queues a translation and returns at once. `finish` turns the results (input order)
@@ -329,7 +329,7 @@ impl Translator {
         if on_token.is_some() && options.beam_size > 1 {
             return Err(Error::invalid_argument("token streaming needs greedy search: set beam_size to 1"));
         }
-        let request = Request::new(Arc::clone(&self.model), source, target_prefix, options, on_token, finish, on_complete);
+        let request = Request::new(Arc::clone(&self.model), self.workers.id(), source, target_prefix, options, on_token, finish, on_complete);
         self.workers.submit(request.tasks());
         Ok(Job::new(request))
     }

@@ -48,6 +48,16 @@ struct Shared {
     available: Condvar,
 }
 
+thread_local! {
+    /// On a worker thread, its translator's [`Workers::id`]; 0 elsewhere.
+    static POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this thread is one of the workers of the pool `id` (a callback runs there).
+pub(crate) fn on_worker_of(id: usize) -> bool {
+    POOL.with(|p| p.get()) == id
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic is caught around every task, so a poisoned lock holds consistent data.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -85,6 +95,11 @@ impl Workers {
         Ok(workers)
     }
 
+    /// What identifies this pool's workers to [`on_worker_of`] (never 0).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
+    }
+
     /// Number of workers (batches translated at once).
     pub fn count(&self) -> usize {
         self.count
@@ -105,6 +120,7 @@ impl Workers {
 }
 
 fn work(shared: &Shared, worker: &Worker) {
+    POOL.with(|p| p.set(shared as *const Shared as usize));
     loop {
         let task = {
             let mut queue = lock(&shared.queue);
