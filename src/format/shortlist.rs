@@ -102,6 +102,9 @@ impl Shortlist {
         if bytes.get(..8) == Some(&MAGIC.to_le_bytes()[..]) {
             return Self::from_binary_bytes(&bytes, true).map_err(at);
         }
+        if path.extension().is_some_and(|e| e == "bin") {
+            return Err(at(bad("bad magic (a .bin file that is not a binary shortlist)")));
+        }
         let text = std::str::from_utf8(&bytes).map_err(|_| at(bad("neither binary nor UTF-8 text")))?;
         Self::from_text(text, first, best, source_vocabulary, target_vocabulary).map_err(at)
     }
@@ -182,6 +185,10 @@ impl Shortlist {
             if *p < prob {
                 *p = prob;
             }
+        }
+        // Nothing read is no shortlist: the output layer would be the `first` words only.
+        if table.is_empty() {
+            return Err(bad("no `target source probability` line with known words (empty, or not a shortlist)"));
         }
         let sources = table.keys().max().map_or(0, |&m| m as usize + 1);
         let mut word_to_offset = Vec::with_capacity(sources + 1);
@@ -275,6 +282,24 @@ impl Shortlist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An empty file, text with no usable line and a `.bin` without the magic are errors
+    /// (read as text, they made a shortlist of the `first` words only: garbage output).
+    #[test]
+    fn empty_and_foreign_files_are_not_shortlists() {
+        use crate::error::ErrorKind;
+        use crate::format::files::MemoryFiles;
+        use std::sync::Arc;
+        let vocab = |w: &str| w.strip_prefix('w').and_then(|n| n.parse().ok());
+        for text in ["", "not a shortlist\n", "NULL w1 0.5\nw1 unknown 0.5\n"] {
+            let e = Shortlist::from_text(text, None, None, vocab, vocab).err().unwrap();
+            assert!(e.kind == ErrorKind::InvalidModel && e.message.contains("not a shortlist"), "{text:?}: {e}");
+        }
+        let files = PackageFiles::Memory(Arc::new(MemoryFiles::copy_of(&[("lex.s2t.bin", &b"w5 w1 0.5\n"[..]), ("lex.s2t", b"w5 w1 0.5\n")]).unwrap()));
+        let e = Shortlist::open_in(&files, Path::new("lex.s2t.bin"), None, None, &vocab, &vocab).err().unwrap();
+        assert!(e.message.contains("lex.s2t.bin") && e.message.contains("magic"), "{e}");
+        assert_eq!(Shortlist::open_in(&files, Path::new("lex.s2t"), None, None, &vocab, &vocab).unwrap().candidates(1), &[5]);
+    }
 
     #[test]
     fn text_import_keeps_the_best_and_pads_to_eight() {
