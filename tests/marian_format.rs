@@ -257,6 +257,27 @@ fn synthetic_bin_round_trip() {
     assert_eq!(mapped.float_values("decoder_b").unwrap(), [0.5, -1.0, 2.0]);
 }
 
+/// A quantMult or an activation scale that is not a positive finite number (a corrupt file)
+/// is an error naming the item, never a model that translates garbage.
+#[test]
+fn corrupt_quantization_scales_are_errors() {
+    use fuzz_bodies::small_marian_items;
+    for bad in [f32::NAN, 0.0, f32::INFINITY, -1.0] {
+        let mut items = small_marian_items();
+        items[4].3 = intgemm_bytes(&[1, 2, 3, 0xfc], bad); // encoder_W's quantMult
+        items[5].3 = f32_bytes(&[bad]); // encoder_W_QuantMultA
+        let m = MarianFile::from_bytes(marian_bin(&items)).unwrap();
+        for (call, name) in [
+            (m.intgemm8("encoder_W").map(drop), "encoder_W: the quantMult"),
+            (m.intgemm_dequantized("encoder_W").map(drop), "encoder_W: the quantMult"),
+            (m.quant_mult_a("encoder_W_QuantMultA").map(drop), "encoder_W_QuantMultA: the activation scale"),
+        ] {
+            let e = call.unwrap_err();
+            assert!(e.kind == tolk::ErrorKind::InvalidModel && e.message.contains(name), "{bad}: {e}");
+        }
+    }
+}
+
 #[test]
 fn prepacked_and_unknown_types_are_refused_by_name() {
     for (code, name) in [

@@ -15,7 +15,7 @@ pub mod shortlist;
 
 pub use crate::backend::Quantized;
 use crate::backend::{FloatOrder, SavedPrecision};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 /// Named tensors and attributes of a model, under Tolk's spec names. Matrices are handed
@@ -50,4 +50,14 @@ pub trait WeightSource {
     }
     /// The stored data of a variable is no longer needed (its pages may be dropped).
     fn release(&self, _stored: &str) {}
+}
+
+/// A stored quantization scale, which is a positive finite number in any file a converter
+/// wrote: a corrupt one (NaN, 0, infinite, negative) loaded silently and translated garbage.
+pub(crate) fn check_scale(value: f32, name: &str, what: &str) -> Result<f32> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(Error::invalid_model(format!("{name}: the {what} {value} is not a positive finite number (a corrupt file)")))
+    }
 }

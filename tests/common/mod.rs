@@ -78,6 +78,11 @@ pub fn tiny_model_bin(seed: u64, vocab: usize) -> Vec<u8> {
 /// The same model with its weights saved as int8 with per-row scales, as CTranslate2's
 /// converter writes them with `--quantization int8`.
 pub fn tiny_int8_model_bin(seed: u64, vocab: usize) -> Vec<u8> {
+    tiny_int8_model_bin_edited(seed, vocab, &|_, _| {})
+}
+
+/// [`tiny_int8_model_bin`] with `edit(name, scales)` applied to each weight's scales.
+pub fn tiny_int8_model_bin_edited(seed: u64, vocab: usize, edit: &dyn Fn(&str, &mut Vec<f32>)) -> Vec<u8> {
     let (vars, aliases) = tiny_model_vars(seed, vocab);
     let mut out = Vec::new();
     for (name, value) in vars {
@@ -91,6 +96,7 @@ pub fn tiny_int8_model_bin(seed: u64, vocab: usize) -> Vec<u8> {
                     q.extend(row.iter().map(|v| (v * scale).round_ties_even() as i8));
                     scales.push(scale);
                 }
+                edit(&name, &mut scales);
                 out.push((format!("{name}_scale"), Value::F32(vec![shape[0]], scales)));
                 out.push((name, Value::I8(shape, q)));
             }

@@ -286,13 +286,7 @@ impl ModelBin {
             DType::F16 => b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
             DType::BF16 => b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
             DType::I8 | DType::I16 => {
-                let scale_name = format!("{name}_scale");
-                let scale = self.tensor(&scale_name).map_err(|_| {
-                    Error::invalid_model(format!(
-                        "model.bin: quantized {} variable {name:?} has no {scale_name:?}",
-                        v.dtype.name()
-                    ))
-                })?;
+                let scale = self.scales_of(name, v.dtype)?;
                 let values: Vec<f32> = if v.dtype == DType::I8 {
                     b.iter().map(|&x| x as i8 as f32).collect()
                 } else {
@@ -340,6 +334,17 @@ impl ModelBin {
         self.variables.values().find(|v| v.name.ends_with("weight")).map(|v| v.dtype).unwrap_or(DType::F32)
     }
 
+    /// The scales `{name}_scale` of the quantized weight `name`, each a positive finite
+    /// number (a corrupt one dequantized to garbage).
+    fn scales_of(&self, name: &str, dtype: DType) -> Result<Tensor> {
+        let scale_name = format!("{name}_scale");
+        let scale = self.tensor(&scale_name).map_err(|_| {
+            Error::invalid_model(format!("model.bin: quantized {} variable {name:?} has no {scale_name:?}", dtype.name()))
+        })?;
+        scale.iter().try_for_each(|&s| crate::format::check_scale(s, &scale_name, "scale").map(drop))?;
+        Ok(scale)
+    }
+
     /// The raw values and scales of an int8/int16 weight; `None` for other dtypes.
     pub fn quantized(&self, name: &str) -> Result<Option<Quantized>> {
         let Some(v) = self.resolve(name) else {
@@ -348,10 +353,7 @@ impl ModelBin {
         if !matches!(v.dtype, DType::I8 | DType::I16) {
             return Ok(None);
         }
-        let scale_name = format!("{name}_scale");
-        let scale = self.tensor(&scale_name).map_err(|_| {
-            Error::invalid_model(format!("model.bin: quantized {} variable {name:?} has no {scale_name:?}", v.dtype.name()))
-        })?;
+        let scale = self.scales_of(name, v.dtype)?;
         let rows = v.shape.first().copied().unwrap_or(1);
         let b = self.bytes(v);
         if v.dtype == DType::I8 {

@@ -303,10 +303,12 @@ impl MarianFile {
     /// The float32 that follows an intgemm item's values.
     fn quant_mult(&self, item: &MarianItem) -> Result<f32> {
         let at = item.offset + item.len; // checked when the item was made
-        self.data()
+        let value = self
+            .data()
             .get(at..at + 4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .ok_or_else(|| Error::invalid_model(format!("{}: the quantMult lies past the end", item.name)))
+            .ok_or_else(|| Error::invalid_model(format!("{}: the quantMult lies past the end", item.name)))?;
+        crate::format::check_scale(value, &item.name, "quantMult")
     }
 
     /// The YAML text of `special:model.yml` (up to its NUL, as Marian reads it).
@@ -401,7 +403,9 @@ impl MarianFile {
     pub fn quant_mult_a(&self, name: &str) -> Result<Option<f32>> {
         let Some(item) = self.get(name) else { return Ok(None) };
         match item.item_type {
-            MarianType::Float32 if item.elements == 1 => Ok(self.float_values(name)?.first().copied()),
+            MarianType::Float32 if item.elements == 1 => {
+                self.float_values(name)?.first().map(|&v| crate::format::check_scale(v, name, "activation scale")).transpose()
+            }
             MarianType::Intgemm8 if item.elements == 1 => Ok(self.intgemm_dequantized(name)?.first().copied()),
             t => Err(Error::invalid_model(format!(
                 "{name} ({} of shape {:?}) is not an activation scale",
