@@ -144,3 +144,33 @@ fn a_folder_of_neither_family_says_what_was_looked_for() {
     let e = Model::load(&dir).err().unwrap();
     assert!(!e.message.contains("binary version"), "{}", e.message);
 }
+
+/// Package settings of the wrong kind are load errors naming the setting (taken as absent
+/// or truncated, `beam-size: 2.5` ran with 2 and `gemm-precision: [int8]` with float32),
+/// as are an empty and a foreign shortlist file.
+#[test]
+fn package_settings_of_the_wrong_kind_are_errors() {
+    let Some(dir) = en_pt() else { return };
+    let dir = std::fs::canonicalize(dir).unwrap();
+    let yaml = std::fs::read_to_string(dir.join("config.intgemm8bitalpha.yml")).unwrap();
+    let copy = common::temp_dir("marian-settings");
+    for name in ["model.enpt.intgemm.alphas.bin", "vocab.enpt.spm", "lex.50.50.enpt.s2t.bin"] {
+        std::os::unix::fs::symlink(dir.join(name), copy.join(name)).unwrap();
+    }
+    let config = copy.join("config.intgemm8bitalpha.yml");
+    for (edit, needle) in [
+        (yaml.replace("beam-size: 1", "beam-size: 2.5"), "beam-size is \"2.5\", expected a whole number"),
+        (yaml.replace("beam-size: 1", "beam-size: 0"), "beam-size must be a whole number in 1..=1024"),
+        (yaml.replace("mini-batch: 64", "mini-batch: [64]"), "mini-batch is a list, expected a whole number"),
+        (yaml.replace("gemm-precision: int8shiftAlphaAll", "gemm-precision: [int8]"), "gemm-precision is a list, expected a string"),
+        (yaml.replace("lex.50.50.enpt.s2t.bin", "empty.bin"), "empty.bin"),
+    ] {
+        std::fs::write(&config, &edit).unwrap();
+        std::fs::write(copy.join("empty.bin"), b"").unwrap();
+        let e = Model::load(&copy).err().unwrap_or_else(|| panic!("{needle}: loaded"));
+        assert!(e.kind == ErrorKind::InvalidModel && e.message.contains(needle), "{needle}: {e}");
+    }
+    std::fs::write(&config, &yaml).unwrap();
+    assert!(Model::load(&copy).is_ok());
+    let _ = std::fs::remove_dir_all(copy);
+}

@@ -183,6 +183,15 @@ impl MarianPackage {
                 },
             }
         };
+        let in_file = |e: Error| Error::new(e.kind, format!("{}: {}", path.display(), e.message));
+        let count = |key: &str, low: usize, high: usize| -> Result<Option<usize>> {
+            match yaml.count_at(key).map_err(in_file)? {
+                Some(n) if !(low..=high).contains(&n) => {
+                    Err(Error::invalid_model(format!("{}: {key} must be a whole number in {low}..={high}", path.display())))
+                }
+                n => Ok(n),
+            }
+        };
         if number("word-penalty", f64::MIN, f64::MAX)?.is_some_and(|w| w != 0.0) {
             return Err(Error::unsupported(format!("{}: a non-zero word-penalty is not supported", path.display())));
         }
@@ -191,12 +200,12 @@ impl MarianPackage {
             model,
             vocabularies,
             shortlist,
-            beam_size: number("beam-size", 1.0, 1024.0)?.map(|v| v as usize),
+            beam_size: count("beam-size", 1, 1024)?,
             normalize: number("normalize", -100.0, 100.0)?.map(|v| v as f32),
             max_length_factor: number("max-length-factor", 0.0, 1000.0)?.map(|v| v as f32),
-            mini_batch: number("mini-batch", 1.0, u32::MAX as f64)?.map(|v| v as usize),
-            gemm_precision: yaml.get("gemm-precision").and_then(Yaml::as_str).map(str::to_string),
-            allow_unk: yaml.get("allow-unk").and_then(Yaml::as_bool).unwrap_or(false),
+            mini_batch: count("mini-batch", 1, u32::MAX as usize)?,
+            gemm_precision: yaml.string_at("gemm-precision").map_err(in_file)?.map(str::to_string),
+            allow_unk: yaml.bool_at("allow-unk").map_err(in_file)?.unwrap_or(false),
         };
         if package.vocabularies.is_empty() {
             package.vocabularies = find_vocabularies(files, dir)?;

@@ -176,30 +176,37 @@ pub struct MarianWeights<'a> {
     pre_norm: bool,
 }
 
-fn get_str<'y>(config: &'y Yaml, key: &str, default: &'y str) -> &'y str {
-    config.get(key).and_then(Yaml::as_str).unwrap_or(default)
+/// The model config's settings: absent ones take Marian's defaults, and a value of the
+/// wrong kind is an error (defaulted, `transformer-heads: abc` ran with 8 heads and
+/// `transformer-ffn-activation: [relu]` with swish, both translating garbage).
+fn get_str<'y>(config: &'y Yaml, key: &str, default: &'y str) -> Result<&'y str> {
+    Ok(config.string_at(key).map_err(in_model)?.unwrap_or(default))
 }
 
-fn get_num(config: &Yaml, key: &str, default: f64) -> f64 {
-    config.get(key).and_then(Yaml::as_f64).unwrap_or(default)
+fn get_count(config: &Yaml, key: &str, default: usize) -> Result<usize> {
+    Ok(config.count_at(key).map_err(in_model)?.unwrap_or(default))
 }
 
-fn get_bool(config: &Yaml, key: &str) -> bool {
-    config.get(key).and_then(Yaml::as_bool).unwrap_or(false)
+fn get_bool(config: &Yaml, key: &str) -> Result<bool> {
+    Ok(config.bool_at(key).map_err(in_model)?.unwrap_or(false))
+}
+
+fn in_model(e: Error) -> Error {
+    Error::new(e.kind, format!("Marian model: {}", e.message))
 }
 
 impl<'a> MarianWeights<'a> {
     pub fn new(file: &'a MarianFile, config: &Yaml, alphas: bool) -> Result<MarianWeights<'a>> {
         let refuse = |what: String| Err(Error::unsupported(format!("Marian model: {what}")));
-        let model_type = get_str(config, "type", "transformer");
+        let model_type = get_str(config, "type", "transformer")?;
         if model_type != "transformer" {
             return refuse(format!("type {model_type:?} is not supported (transformer is)"));
         }
         // Pre/post-processing orders: post-norm ("" / "dan") or pre-norm ("n" / "da" with a final "n").
-        let pre = get_str(config, "transformer-preprocess", "");
-        let post = get_str(config, "transformer-postprocess", "dan");
-        let top = get_str(config, "transformer-postprocess-top", "");
-        let emb = get_str(config, "transformer-postprocess-emb", "d");
+        let pre = get_str(config, "transformer-preprocess", "")?;
+        let post = get_str(config, "transformer-postprocess", "dan")?;
+        let top = get_str(config, "transformer-postprocess-top", "")?;
+        let emb = get_str(config, "transformer-postprocess-emb", "d")?;
         let pre_norm = match (pre, post) {
             ("" | "d", "dan") => false,
             ("n" | "dn" | "nd", "da" | "ad") => true,
@@ -212,29 +219,29 @@ impl<'a> MarianWeights<'a> {
             return refuse(format!("transformer-postprocess-emb {emb:?} is not supported (d is)"));
         }
         // Marian's gelu is `x * sigmoid(1.702 x)` (Tolk's gelu-sigmoid).
-        let activation_id = |key: &str| match get_str(config, key, "swish") {
+        let activation_id = |key: &str| match get_str(config, key, "swish")? {
             "relu" => Ok(0.0),
             "swish" => Ok(2.0),
             "gelu" => Ok(4.0),
             other => Err(Error::unsupported(format!("Marian model: {key} {other:?} is not supported (relu, swish, gelu are)"))),
         };
         let activation = activation_id("transformer-ffn-activation")?;
-        let ffn_depth = get_num(config, "transformer-ffn-depth", 2.0);
-        if ffn_depth != 2.0 {
+        let ffn_depth = get_count(config, "transformer-ffn-depth", 2)?;
+        if ffn_depth != 2 {
             return refuse(format!("transformer-ffn-depth {ffn_depth} is not supported (2 is)"));
         }
-        if get_num(config, "transformer-decoder-ffn-depth", 0.0) > 0.0 && get_num(config, "transformer-decoder-ffn-depth", 0.0) != 2.0 {
+        if !matches!(get_count(config, "transformer-decoder-ffn-depth", 0)?, 0 | 2) {
             return refuse("transformer-decoder-ffn-depth other than 2 is not supported".into());
         }
         let tied = config.get("transformer-tied-layers").and_then(Yaml::as_list).is_some_and(|l| !l.is_empty());
         if tied {
             return refuse("transformer-tied-layers is not supported".into());
         }
-        if get_bool(config, "transformer-train-position-embeddings") {
+        if get_bool(config, "transformer-train-position-embeddings")? {
             return refuse("learned position embeddings are not supported".into());
         }
-        let autoreg = get_str(config, "transformer-decoder-autoreg", "self-attention");
-        let dec_cell = get_str(config, "dec-cell", "gru");
+        let autoreg = get_str(config, "transformer-decoder-autoreg", "self-attention")?;
+        let dec_cell = get_str(config, "dec-cell", "gru")?;
         let decoder_kind = match (autoreg, dec_cell) {
             ("self-attention", _) => "self-attention",
             ("rnn", "ssru") => "SSRU",
@@ -242,9 +249,9 @@ impl<'a> MarianWeights<'a> {
             ("average-attention", _) => "average-attention",
             (other, _) => return refuse(format!("transformer-decoder-autoreg {other:?} is not supported")),
         };
-        let heads = get_num(config, "transformer-heads", 8.0);
-        let enc_depth = get_num(config, "enc-depth", 6.0) as usize;
-        let dec_depth = get_num(config, "dec-depth", 6.0) as usize;
+        let heads = get_count(config, "transformer-heads", 8)? as f64;
+        let enc_depth = get_count(config, "enc-depth", 6)?;
+        let dec_depth = get_count(config, "dec-depth", 6)?;
 
         let mut w = MarianWeights { file, variables: BTreeMap::new(), aliases: BTreeMap::new(), alphas, decoder_kind, pre_norm };
         // Embeddings: one table for everything (tied-embeddings-all), or per side.
@@ -291,14 +298,14 @@ impl<'a> MarianWeights<'a> {
             let (s, m) = (format!("decoder/layer_{i}"), format!("decoder_l{}", i + 1));
             if decoder_kind == "average-attention" {
                 let a = format!("{s}/average_attention");
-                let depth = get_num(config, "transformer-aan-depth", 2.0).max(1.0) as usize;
+                let depth = get_count(config, "transformer-aan-depth", 2)?.max(1);
                 for j in 1..depth {
                     w.linear(&format!("{a}/linear_{}", j - 1), &[&format!("{m}_aan_W{j}")])?;
                 }
                 if file.contains(&format!("{m}_aan_W{depth}")) {
                     w.linear(&format!("{a}/projection"), &[&format!("{m}_aan_W{depth}")])?;
                 }
-                if !get_bool(config, "transformer-aan-nogate") {
+                if !get_bool(config, "transformer-aan-nogate")? {
                     w.linear(&format!("{a}/gate_input"), &[&format!("{m}_aan_Wi")])?;
                     w.linear(&format!("{a}/gate_forget"), &[&format!("{m}_aan_Wf")])?;
                 }

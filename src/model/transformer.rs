@@ -70,14 +70,15 @@ struct Alignment {
 }
 
 fn read_activation<B: Backend>(w: &WeightReader<B>, scope: &str) -> Result<Activation> {
-    let id = w.scalar(&format!("{scope}/activation"))?.unwrap_or(0.0) as i64;
+    let stored = w.scalar(&format!("{scope}/activation"))?.unwrap_or(0.0);
+    let id = if stored.fract() == 0.0 { stored as i64 } else { -1 };
     Activation::from_ct2_id(id)
         .ok_or_else(|| Error::unsupported(format!("{scope}: activation #{id} is not supported (relu, gelu, gelu-tanh, gelu-sigmoid, swish, tanh are)")))
 }
 
 fn read_stack_options<B: Backend>(w: &WeightReader<B>, scope: &str, d: usize) -> Result<StackOptions> {
     let num_heads = w.scalar(&format!("{scope}/num_heads"))?.unwrap_or(8.0);
-    if !(num_heads >= 1.0 && num_heads <= d as f64 && d.is_multiple_of(num_heads as usize)) {
+    if !(num_heads >= 1.0 && num_heads.fract() == 0.0 && num_heads <= d as f64 && d.is_multiple_of(num_heads as usize)) {
         return Err(Error::invalid_model(format!("{scope}: {num_heads} attention heads do not divide the model dimension {d}")));
     }
     Ok(StackOptions {

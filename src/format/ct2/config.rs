@@ -67,8 +67,9 @@ impl Ct2Config {
         cfg.add_source_eos = flag("add_source_eos")?;
         cfg.layer_norm_epsilon = match doc.get("layer_norm_epsilon") {
             None | Some(Json::Null) => None,
-            Some(Json::Number(x)) if x.is_finite() && *x >= 0.0 => Some(*x as f32),
-            Some(_) => return Err(Error::invalid_model("config.json: \"layer_norm_epsilon\" must be a non-negative number or null")),
+            // As f32 (1e300 would be infinite there, and every norm NaN).
+            Some(Json::Number(x)) if (*x as f32).is_finite() && *x >= 0.0 => Some(*x as f32),
+            Some(_) => return Err(Error::invalid_model("config.json: \"layer_norm_epsilon\" must be a non-negative float32 number or null")),
         };
         Ok(cfg)
     }

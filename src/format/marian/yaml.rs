@@ -60,6 +60,38 @@ impl Yaml {
         }
     }
 
+    /// The string at `key` of a mapping: `None` when absent or empty; a list or a mapping
+    /// there is an error (taken as absent, a wrong value ran with the default).
+    pub fn string_at(&self, key: &str) -> Result<Option<&str>> {
+        self.typed_at(key, "a string", Yaml::as_str)
+    }
+
+    /// The whole number of at least 0 at `key` (see [`Yaml::string_at`]): `6.7`, `-1` or
+    /// `abc` is an error.
+    pub fn count_at(&self, key: &str) -> Result<Option<usize>> {
+        self.typed_at(key, "a whole number", |v| v.as_i64().and_then(|n| usize::try_from(n).ok()))
+    }
+
+    /// The boolean at `key` (see [`Yaml::string_at`] and [`Yaml::as_bool`]).
+    pub fn bool_at(&self, key: &str) -> Result<Option<bool>> {
+        self.typed_at(key, "true or false", Yaml::as_bool)
+    }
+
+    fn typed_at<'y, T>(&'y self, key: &str, expected: &str, read: impl Fn(&'y Yaml) -> Option<T>) -> Result<Option<T>> {
+        match self.get(key) {
+            None | Some(Yaml::Null) => Ok(None),
+            Some(v) => read(v).map(Some).ok_or_else(|| {
+                let shown = match v {
+                    Yaml::Scalar(s) => format!("{s:?}"),
+                    Yaml::List(_) => "a list".into(),
+                    Yaml::Map(_) => "a mapping".into(),
+                    Yaml::Null => "empty".into(),
+                };
+                Error::invalid_model(format!("{key} is {shown}, expected {expected}"))
+            }),
+        }
+    }
+
     pub fn as_list(&self) -> Option<&[Yaml]> {
         match self {
             Yaml::List(v) => Some(v),
@@ -469,6 +501,24 @@ mod tests {
 
     fn s(v: &str) -> Yaml {
         Yaml::Scalar(v.into())
+    }
+
+    /// Typed settings: absent or empty is `None`, the wrong kind an error naming the key.
+    #[test]
+    fn typed_settings_refuse_the_wrong_kind() {
+        let y = parse("heads: 8\nfrac: 6.7\nneg: -1\nword: abc\nlist: [relu]\nmap: {}\nempty:\nyes: on\n").unwrap();
+        assert_eq!(y.count_at("heads").unwrap(), Some(8));
+        assert_eq!(y.count_at("missing").unwrap(), None);
+        assert_eq!(y.count_at("empty").unwrap(), None);
+        assert_eq!(y.string_at("word").unwrap(), Some("abc"));
+        assert_eq!(y.bool_at("yes").unwrap(), Some(true));
+        for (key, shown) in [("frac", "\"6.7\""), ("neg", "\"-1\""), ("word", "\"abc\""), ("list", "a list")] {
+            let e = y.count_at(key).unwrap_err();
+            assert_eq!(e.message, format!("{key} is {shown}, expected a whole number"));
+        }
+        assert!(y.string_at("list").unwrap_err().message.contains("list is a list, expected a string"));
+        assert!(y.string_at("map").unwrap_err().message.contains("a mapping"));
+        assert!(y.bool_at("word").unwrap_err().message.contains("expected true or false"));
     }
 
     #[test]
