@@ -603,9 +603,10 @@ enum TolkStatus tolk_model_load(const char *path, struct TolkModel **out_model);
 struct TolkModelOptions tolk_model_options_default(void);
 
 /**
- * Loads a CTranslate2 model directory with its weights converted for
- * `options->compute_type` (quantized or dequantized as CTranslate2 does). `options` may be
- * NULL (defaults). On success `*out_model` receives a model to release with tolk_model_free.
+ * Loads a model (a CTranslate2 directory, or a Marian/Bergamot package as tolk_model_load
+ * finds it) with its weights converted for `options->compute_type` (quantized or
+ * dequantized as CTranslate2 does). `options` may be NULL (defaults). On success
+ * `*out_model` receives a model to release with tolk_model_free.
  *
  * # Safety
  * `path` must be NULL or a NUL-terminated string; `options` NULL or initialized by

@@ -457,7 +457,7 @@ pub extern "C" fn tolk_status_string(status: c_int) -> *const c_char {
 /// `path` must be NULL or a NUL-terminated string; `out_model` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn tolk_model_load(path: *const c_char, out_model: *mut *mut TolkModel) -> TolkStatus {
-    tolk_model_load_with_options(path, ptr::null(), out_model)
+    load_model("tolk_model_load", path, ptr::null(), out_model)
 }
 
 /// Default model loading settings (compute type "default").
@@ -473,9 +473,10 @@ pub extern "C" fn tolk_model_options_default() -> TolkModelOptions {
     }
 }
 
-/// Loads a CTranslate2 model directory with its weights converted for
-/// `options->compute_type` (quantized or dequantized as CTranslate2 does). `options` may be
-/// NULL (defaults). On success `*out_model` receives a model to release with tolk_model_free.
+/// Loads a model (a CTranslate2 directory, or a Marian/Bergamot package as tolk_model_load
+/// finds it) with its weights converted for `options->compute_type` (quantized or
+/// dequantized as CTranslate2 does). `options` may be NULL (defaults). On success
+/// `*out_model` receives a model to release with tolk_model_free.
 ///
 /// # Safety
 /// `path` must be NULL or a NUL-terminated string; `options` NULL or initialized by
@@ -486,7 +487,12 @@ pub unsafe extern "C" fn tolk_model_load_with_options(
     options: *const TolkModelOptions,
     out_model: *mut *mut TolkModel,
 ) -> TolkStatus {
-    guard("tolk_model_load", || {
+    load_model("tolk_model_load_with_options", path, options, out_model)
+}
+
+/// Both loads, `function` naming the caller's entry point in messages.
+unsafe fn load_model(function: &str, path: *const c_char, options: *const TolkModelOptions, out_model: *mut *mut TolkModel) -> TolkStatus {
+    guard(function, || {
         let out = non_null(out_model as *const *mut TolkModel, "out_model")? as *mut *mut TolkModel;
         *out = ptr::null_mut();
         non_null(path, "path")?;

@@ -141,6 +141,21 @@ impl PackageFiles {
         Error::io(format!("{} is not among the files given", path.display()))
     }
 
+    /// Why `what` (e.g. "the vocabulary") at `path` is not a file to read: it does not
+    /// exist, is a folder or device, cannot be looked at (a loop of links), or is not among
+    /// the files given in memory.
+    pub fn not_a_file(&self, what: &str, path: &Path) -> Error {
+        let shown = path.display();
+        match self {
+            PackageFiles::Memory(_) => Error::io(format!("{what} {shown} is not among {}", self.describe(path))),
+            PackageFiles::Disk => match std::fs::metadata(path) {
+                Ok(_) => Error::io(format!("{what} {shown} is not a regular file")),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Error::io(format!("{what} {shown} does not exist")),
+                Err(e) => Error::io(format!("{what} {shown} cannot be read: {e}")),
+            },
+        }
+    }
+
     /// Where `path` is, for messages: the path, or the list of the files in memory.
     pub fn describe(&self, path: &Path) -> String {
         match self {
@@ -240,6 +255,25 @@ impl Deref for FileBytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Why a named file cannot be read says which case it is.
+    #[test]
+    fn what_is_not_a_file_says_why() {
+        let dir = std::env::temp_dir().join(format!("tolk-not-a-file-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("folder")).unwrap();
+        let disk = PackageFiles::Disk;
+        assert!(disk.not_a_file("the vocabulary", &dir.join("folder")).message.ends_with("folder is not a regular file"));
+        assert!(disk.not_a_file("the vocabulary", &dir.join("missing")).message.ends_with("missing does not exist"));
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(dir.join("loop"), dir.join("loop")).unwrap();
+            assert!(disk.not_a_file("the shortlist", &dir.join("loop")).message.contains("loop cannot be read"));
+        }
+        let memory = PackageFiles::Memory(Arc::new(MemoryFiles::copy_of(&[("model.bin", b"x")]).unwrap()));
+        let e = memory.not_a_file("the Marian model", Path::new("/etc/passwd"));
+        assert_eq!(e.message, "the Marian model /etc/passwd is not among the files given in memory (model.bin)");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 
     #[test]
     fn names_are_checked_and_listed_like_a_directory() {

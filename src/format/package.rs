@@ -231,7 +231,7 @@ impl MarianPackage {
 
     fn check_files(&self) -> Result<()> {
         if !self.files.is_file(&self.model) {
-            return Err(Error::io(format!("the Marian model {} does not exist", self.model.display())));
+            return Err(self.files.not_a_file("the Marian model", &self.model));
         }
         if self.vocabularies.is_empty() {
             return Err(Error::io(format!(
@@ -241,12 +241,12 @@ impl MarianPackage {
         }
         for v in &self.vocabularies {
             if !self.files.is_file(v) {
-                return Err(Error::io(format!("the vocabulary {} does not exist", v.display())));
+                return Err(self.files.not_a_file("the vocabulary", v));
             }
         }
         if let Some(s) = &self.shortlist {
             if !self.files.is_file(&s.path) {
-                return Err(Error::io(format!("the shortlist {} does not exist", s.path.display())));
+                return Err(self.files.not_a_file("the shortlist", &s.path));
             }
         }
         Ok(())

@@ -88,6 +88,17 @@ impl<'a, B: Backend> WeightReader<'a, B> {
         Ok(t)
     }
 
+    /// "FILE: NAME has shape [..], expected EXPECTED", FILE the source's (`model.bin`, a
+    /// Marian model).
+    pub fn shape_error(&self, name: &str, shape: &[usize], expected: String) -> Error {
+        Error::invalid_model(format!("{}: {name} has shape {shape:?}, expected {expected}", self.file_name()))
+    }
+
+    /// What the weights are read from, for messages (`model.bin`, a Marian model).
+    pub fn file_name(&self) -> &str {
+        self.source.file_name()
+    }
+
     /// The stored variable a name refers to (after aliases).
     pub fn stored_name(&self, name: &str) -> Option<String> {
         self.source.stored_name(name)
@@ -236,12 +247,9 @@ fn describe_feature(name: &str) -> String {
     format!("unknown variable {name}")
 }
 
-fn check_shape(name: &str, t: &Tensor, expected: &[usize]) -> Result<()> {
+fn check_shape<B: Backend>(w: &WeightReader<B>, name: &str, t: &Tensor, expected: &[usize]) -> Result<()> {
     if t.shape() != expected {
-        return Err(Error::invalid_model(format!(
-            "model.bin: {name} has shape {:?}, expected {expected:?}",
-            t.shape()
-        )));
+        return Err(w.shape_error(name, t.shape(), format!("{expected:?}")));
     }
     Ok(())
 }
@@ -259,7 +267,7 @@ impl<B: Backend> Linear<B> {
         let weight = w.packed(&format!("{scope}/weight"), out_dim, in_dim)?;
         let bias = match w.opt_tensor(&format!("{scope}/bias"))? {
             Some(b) => {
-                check_shape(&format!("{scope}/bias"), &b, &[out_dim])?;
+                check_shape(w, &format!("{scope}/bias"), &b, &[out_dim])?;
                 Some(w.backend().vector(b)?)
             }
             None => None,
@@ -326,10 +334,10 @@ pub struct Norm<B: Backend> {
 impl<B: Backend> Norm<B> {
     pub fn load(w: &WeightReader<B>, scope: &str, dim: usize, epsilon: Option<f32>) -> Result<Self> {
         let gamma = w.tensor(&format!("{scope}/gamma"))?;
-        check_shape(&format!("{scope}/gamma"), &gamma, &[dim])?;
+        check_shape(w, &format!("{scope}/gamma"), &gamma, &[dim])?;
         let beta = w.opt_tensor(&format!("{scope}/beta"))?;
         if let Some(b) = &beta {
-            check_shape(&format!("{scope}/beta"), b, &[dim])?;
+            check_shape(w, &format!("{scope}/beta"), b, &[dim])?;
         }
         // CTranslate2's defaults: 1e-5 for LayerNorm, 1e-6 for RMSNorm.
         let epsilon = epsilon.unwrap_or(if beta.is_some() { 1e-5 } else { 1e-6 });
@@ -362,7 +370,7 @@ impl<B: Backend> Positions<B> {
         match w.opt_tensor(&name)? {
             Some(t) => {
                 if t.shape().len() != 2 || t.shape()[1] != dim || t.shape()[0] == 0 {
-                    return Err(Error::invalid_model(format!("model.bin: {name} has shape {:?}, expected [N, {dim}]", t.shape())));
+                    return Err(w.shape_error(&name, t.shape(), format!("[N, {dim}]")));
                 }
                 Ok(Positions::Table { rows: t.rows(), table: w.backend().vector(t)? })
             }
@@ -424,7 +432,7 @@ impl<B: Backend> EmbeddingTable<B> {
     pub fn load(w: &WeightReader<B>, name: &str, tied_projection: &str) -> Result<Self> {
         let dims = w.dims(name)?;
         if dims.len() != 2 || dims[0] == 0 || dims[1] == 0 {
-            return Err(Error::invalid_model(format!("model.bin: {name} has shape {dims:?}, expected [vocabulary, d]")));
+            return Err(w.shape_error(name, &dims, "[vocabulary, d]".into()));
         }
         let (vocabulary, dim) = (dims[0], dims[1]);
         let tied = w.contains(tied_projection) && w.stored_name(name) == w.stored_name(tied_projection);

@@ -107,7 +107,7 @@ impl<B: Backend> Encoder<B> {
         let activation = read_activation(w, scope)?;
         let n = count_layers(w, scope);
         if n == 0 {
-            return Err(Error::invalid_model("model.bin: the encoder has no layers"));
+            return Err(Error::invalid_model(format!("{}: the encoder has no layers", w.file_name())));
         }
         let mut layers = Vec::with_capacity(n);
         for i in 0..n {
@@ -265,7 +265,7 @@ impl<B: Backend> Decoder<B> {
         let activation = read_activation(w, scope)?;
         let n = count_layers(w, scope);
         if n == 0 {
-            return Err(Error::invalid_model("model.bin: the decoder has no layers"));
+            return Err(Error::invalid_model(format!("{}: the decoder has no layers", w.file_name())));
         }
         if !w.contains("decoder/layer_0/attention/linear_0/weight") {
             return Err(Error::unsupported("decoders without encoder attention (language models) are not supported"));
