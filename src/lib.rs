@@ -267,7 +267,8 @@ fn marian_vocabulary(files: &PackageFiles, path: &Path) -> Result<format::ct2::V
             .map(|(i, t)| t.ok_or_else(|| Error::invalid_model(format!("{}: no token has id {i}", path.display()))))
             .collect::<Result<Vec<_>>>()?
     } else {
-        let spm = text::SentencePiece::from_bytes(&files.read(path)?)?;
+        let spm = text::SentencePiece::from_bytes(&files.read(path)?)
+            .map_err(|e| Error::new(e.kind, format!("the vocabulary {}: {}", path.display(), e.message)))?;
         (0..spm.len() as u32).map(|id| spm.id_to_piece(id).unwrap_or_default().to_string()).collect()
     };
     format::ct2::Vocabulary::new(tokens, "<unk>").map_err(|e| Error::invalid_model(format!("{}: {}", path.display(), e.message)))

@@ -89,6 +89,10 @@ fn compute_types_override_the_package_precision() {
     for compute_type in [ComputeType::Float32, ComputeType::Int16, ComputeType::Int8] {
         let model = Model::load_with(&dir, compute_type).unwrap();
         assert_eq!(model.compute_type(), compute_type);
+        // The description says what the products run in (the activation scales with int8).
+        let description = model.translation_model().description();
+        let precision = if compute_type == ComputeType::Int8 { "int8 with precomputed activation scales" } else { compute_type.name() };
+        assert!(description.contains(precision), "{description}");
         let out = translate(&model, None);
         assert!(out[0].starts_with("Ame"), "{compute_type:?}: {out:?}");
     }

@@ -100,7 +100,13 @@ impl<B: Backend> MarianModel<B> {
         let description = format!(
             "Marian transformer ({} decoder{}{})",
             weights.decoder_kind,
-            if weights.alphas { ", int8 with precomputed activation scales" } else { "" },
+            // What the products use: the scales only where int8 runs and the file has them.
+            match transformer.compute_type {
+                ComputeType::Int8 if weights.alphas && file.items().iter().any(|i| i.name.ends_with("_QuantMultA")) => {
+                    ", int8 with precomputed activation scales".to_string()
+                }
+                other => format!(", {}", other.name()),
+            },
             if shortlist.is_some() { ", lexical shortlist" } else { "" }
         );
         Ok(MarianModel { transformer, shortlist, shared_vocabulary, decoding, description })
