@@ -278,7 +278,7 @@ static void test_text_job_equals_blocking_call(const TolkModel *model) {
 }
 
 /* A blocking call on the translator from its own on_complete is refused (it would wait for
- * the worker it runs on), and tolk_job_wait returns only after on_complete has returned. */
+ * the worker it runs on); tolk_job_free returns after on_complete has returned. */
 typedef struct {
     const TolkTranslator *translator;
     atomic_int nested_status;
@@ -309,9 +309,9 @@ static void test_blocking_calls_from_callbacks(const TolkModel *model) {
         TolkJob *job = NULL;
         CHECK_STATUS(tolk_translate_batch_async(translator, SOURCE, LENGTHS, SENTENCES, NULL, NULL, &o, reentrant_on_complete, &r, &job), TOLK_OK);
         CHECK_STATUS(tolk_job_wait(job), TOLK_OK);
+        tolk_job_free(job);
         CHECK(atomic_load(&r.returned) == 1);
         CHECK(atomic_load(&r.nested_status) == TOLK_ERROR_INVALID_ARGUMENT);
-        tolk_job_free(job);
     }
     tolk_translator_free(translator);
 }

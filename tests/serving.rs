@@ -309,7 +309,7 @@ fn workers_share_the_model_weights() {
 /// A blocking call on a translator from inside one of its own callbacks (on_token,
 /// on_complete) would wait for the worker it runs on: it is refused with an error instead
 /// of hanging, the outer translation goes on, and async submissions from there still work.
-/// A wait returns only after the job's completion callback has returned.
+/// Settling a job returns only after its completion callback has returned.
 #[test]
 fn waiting_inside_the_translators_own_callbacks_is_refused_not_a_deadlock() {
     let model = tiny_model("reentrant");
@@ -329,8 +329,8 @@ fn waiting_inside_the_translators_own_callbacks_is_refused_not_a_deadlock() {
     let refused = refused.lock().unwrap();
     assert!(!refused.is_empty() && refused.iter().all(|k| *k == Some(ErrorKind::InvalidArgument)), "{refused:?}");
 
-    // From on_complete: the blocking call is refused, an async job is accepted; the wait
-    // for the outer job returns after the callback, whose results are then in place.
+    // From on_complete: the blocking call is refused, an async job is accepted; once the
+    // outer job is settled the callback has returned, its results in place.
     let outcome = Arc::new(Mutex::new(None));
     let (weak, out, inner_source, inner_opts) = (Arc::downgrade(&t), Arc::clone(&outcome), source.clone(), opts.clone());
     let hooks = BatchHooks {
@@ -345,7 +345,8 @@ fn waiting_inside_the_translators_own_callbacks_is_refused_not_a_deadlock() {
     };
     let job = t.submit_batch(source.clone(), None, &opts, hooks).unwrap();
     assert_eq!(job.wait().unwrap(), outer);
-    let (blocking, inner) = outcome.lock().unwrap().take().expect("the callback has returned before the wait did");
+    job.cancel_and_settle();
+    let (blocking, inner) = outcome.lock().unwrap().take().expect("the callback has returned once the job is settled");
     assert_eq!(blocking, Some(ErrorKind::InvalidArgument));
     assert_eq!(inner.wait().unwrap(), outer, "the job submitted from the callback ran");
 }

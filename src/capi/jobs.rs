@@ -60,7 +60,8 @@ impl JobKind {
 /// tolk_job_wait's), from a translator thread, or from the thread that frees the translator
 /// while the job is pending, or from the submitting call when there is nothing to translate.
 /// Do not free the translator from it. The waits (tolk_job_wait, tolk_job_wait_for,
-/// tolk_job_result) return only once it has returned, except when called from it. Inside it
+/// tolk_job_result) return once the job has ended, which may be while the callback still
+/// runs: free what it uses after tolk_job_free, which waits for it to return. Inside it
 /// (or an on_token callback), a blocking call on the same translator, or a wait for one of
 /// its jobs that has not ended, fails with TOLK_ERROR_INVALID_ARGUMENT: it would wait for
 /// the worker it runs on. Submitting async jobs from it is fine.
@@ -174,8 +175,8 @@ pub unsafe extern "C" fn tolk_job_is_done(job: *const TolkJob) -> bool {
     !job.is_null() && catch_unwind(AssertUnwindSafe(|| (*job).job.is_done())).unwrap_or(false)
 }
 
-/// Blocks until the job ends and its on_complete has returned, at most `timeout_ms`
-/// milliseconds (a negative value: no limit). Returns whether it has ended.
+/// Blocks until the job ends, at most `timeout_ms` milliseconds (a negative value: no
+/// limit). Returns whether it has ended (its on_complete may still be running).
 ///
 /// # Safety
 /// `job` must be NULL or a live job.
@@ -197,8 +198,8 @@ pub unsafe extern "C" fn tolk_job_wait_for(job: *const TolkJob, timeout_ms: i64)
     .unwrap_or(false)
 }
 
-/// Blocks until the job ends and its on_complete has returned (see TolkJobCallback), and
-/// returns how it ended: TOLK_OK, or its error status with
+/// Blocks until the job ends (its on_complete may still be running: see TolkJobCallback)
+/// and returns how it ended: TOLK_OK, or its error status with
 /// the message in tolk_last_error (TOLK_ERROR_CANCELLED after tolk_job_cancel or when the
 /// translator was freed first). The results stay in the job.
 ///

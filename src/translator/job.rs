@@ -208,13 +208,6 @@ impl<T: Send + 'static> Request<T> {
     }
 }
 
-/// Whether a waiter is done waiting: the job has ended and its completion callback has
-/// returned (so the caller may free what the callback uses), or this thread runs that
-/// callback (a wait inside it does not wait for itself).
-fn over<T>(state: &State<T>) -> bool {
-    state.ended && (state.settled || state.callback_thread == Some(std::thread::current().id()))
-}
-
 /// Runs `f`, turning a panic into an internal error.
 fn catch<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
@@ -581,12 +574,14 @@ impl<T: Send + 'static> Job<T> {
         }
     }
 
-    /// Blocks until the job ends (and its completion callback has returned, as for every
-    /// wait), or until `timeout` has passed (then false).
+    /// Blocks until the job ends, or until `timeout` has passed (then false). Like every
+    /// wait it returns once the output is set, which may be while the completion callback
+    /// still runs: [`Job::cancel_and_settle`] waits for that too. (Waiting for it here made
+    /// a callback that hands work to the waiting thread, a UI's event loop, a deadlock.)
     pub fn wait_for(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut state = lock(&self.request.state);
-        while !over(&state) {
+        while !state.ended {
             let now = Instant::now();
             if now >= deadline {
                 return false;
@@ -601,7 +596,7 @@ impl<T: Send + 'static> Job<T> {
     pub fn finished(&self) -> Result<()> {
         let mut state = lock(&self.request.state);
         self.refuse_waiting_on_own_worker(state.ended)?;
-        while !over(&state) {
+        while !state.ended {
             state = self.request.changed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
         match &state.outcome {
@@ -662,7 +657,7 @@ impl<T: Send + 'static> Job<T> {
                 state = lock(&self.request.state);
                 continue;
             }
-            if over(&state) {
+            if state.ended {
                 break;
             }
             state = self.request.changed.wait(state).unwrap_or_else(|e| e.into_inner());
