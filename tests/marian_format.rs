@@ -278,6 +278,20 @@ fn corrupt_quantization_scales_are_errors() {
     }
 }
 
+/// Vector items are `[n]` or `[1, n]`: a `[2, 2]` one is an error naming it.
+#[test]
+fn vector_items_must_be_vectors() {
+    let items = [
+        ("a_ln_scale", 0x404, vec![1, 4], f32_bytes(&[1.0; 4])),
+        ("b_ln_scale", 0x404, vec![4], f32_bytes(&[1.0; 4])),
+        ("c_ln_scale", 0x404, vec![2, 2], f32_bytes(&[1.0; 4])),
+    ];
+    let m = MarianFile::from_bytes(marian_bin(&items)).unwrap();
+    assert!(m.check_vector("a_ln_scale").is_ok() && m.check_vector("b_ln_scale").is_ok());
+    let e = m.check_vector("c_ln_scale").unwrap_err();
+    assert!(e.message.contains("c_ln_scale has shape [2, 2], expected a vector"), "{e}");
+}
+
 #[test]
 fn prepacked_and_unknown_types_are_refused_by_name() {
     for (code, name) in [

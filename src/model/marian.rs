@@ -362,10 +362,15 @@ impl<'a> MarianWeights<'a> {
         Ok(())
     }
 
+    fn require_vector(&self, item: &str) -> Result<()> {
+        self.require(item)?;
+        self.file.check_vector(item)
+    }
+
     fn vector(&mut self, name: &str, items: &[&str]) -> Result<()> {
         let mut parts = Vec::new();
         for item in items {
-            self.require(item)?;
+            self.require_vector(item)?;
             parts.push((Some(item.to_string()), 0));
         }
         self.variables.insert(name.into(), Source::Vector(parts));
@@ -379,7 +384,11 @@ impl<'a> MarianWeights<'a> {
         for w in weights {
             let bias = bias_name(w);
             let out = self.out_dim(w)?;
-            parts.push((self.file.contains(&bias).then_some(bias), out));
+            let stored = self.file.contains(&bias);
+            if stored {
+                self.require_vector(&bias)?;
+            }
+            parts.push((stored.then_some(bias), out));
         }
         if parts.iter().any(|p| p.0.is_some()) {
             self.variables.insert(format!("{scope}/bias"), Source::Vector(parts));
@@ -620,3 +629,4 @@ impl WeightSource for MarianWeights<'_> {
         }
     }
 }
+

@@ -300,6 +300,16 @@ impl MarianFile {
         item.offset.checked_add(item.len).and_then(|end| self.data().get(item.offset..end)).unwrap_or(&[])
     }
 
+    /// Whether the item `name` is a vector: `[n]` or Marian's `[1, n]` (read flattened, a
+    /// `[2, 128]` for a `[1, 256]` loaded).
+    pub fn check_vector(&self, name: &str) -> Result<()> {
+        let shape = self.get(name).map(|it| it.shape.as_slice()).unwrap_or_default();
+        match shape {
+            [_] | [1, _] => Ok(()),
+            _ => Err(Error::invalid_model(format!("Marian model: {name} has shape {shape:?}, expected a vector ([n] or [1, n])"))),
+        }
+    }
+
     /// The float32 that follows an intgemm item's values.
     fn quant_mult(&self, item: &MarianItem) -> Result<f32> {
         let at = item.offset + item.len; // checked when the item was made
