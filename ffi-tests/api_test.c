@@ -388,7 +388,7 @@ static void test_attention(TolkModel *model) {
     opts.num_suppress_sequences = 1;
     result = NULL;
     CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result), TOLK_ERROR_INVALID_ARGUMENT);
-    CHECK(result == NULL && strstr(tolk_last_error(), "not in the vocabulary") != NULL);
+    CHECK(result == NULL && strstr(tolk_last_error(), "suppress_sequences[0][0]: token \"not-a-target-token\" is not in the target vocabulary") != NULL);
     opts.suppress_sequences = NULL;
     CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &opts, &result), TOLK_ERROR_NULL_POINTER);
     opts.num_suppress_sequences = 0;

@@ -500,10 +500,15 @@ impl PreparedBatch {
         let target_id = |t: &String| tv.id(t).or_else(|| (t.as_str() == cfg.unk).then(|| tv.unk_id()));
         let mut suppressed = Vec::new();
         let mut disabled_ids = if options.disable_unk { vec![tv.unk_id()] } else { Vec::new() };
-        for sequence in &options.suppress_sequences {
+        for (i, sequence) in options.suppress_sequences.iter().enumerate() {
             let ids = sequence
                 .iter()
-                .map(|t| target_id(t).ok_or_else(|| Error::invalid_argument(format!("Token {t} is not in the vocabulary"))))
+                .enumerate()
+                .map(|(j, t)| {
+                    target_id(t).ok_or_else(|| {
+                        Error::invalid_argument(format!("suppress_sequences[{i}][{j}]: token {t:?} is not in the target vocabulary"))
+                    })
+                })
                 .collect::<Result<Vec<u32>>>()?;
             match ids.len() {
                 0 => {}
