@@ -178,3 +178,23 @@ fn package_settings_of_the_wrong_kind_are_errors() {
     assert!(Model::load(&copy).is_ok());
     let _ = std::fs::remove_dir_all(copy);
 }
+
+/// A config whose enc-depth / dec-depth is below the file's layers says so (it listed the
+/// extra layers' items as features Tolk does not support).
+#[test]
+fn a_depth_below_the_files_layers_says_so() {
+    let Some(dir) = en_pt() else { return };
+    let names = ["config.intgemm8bitalpha.yml", "model.enpt.intgemm.alphas.bin", "vocab.enpt.spm", "lex.50.50.enpt.s2t.bin"];
+    let files: Vec<(String, Vec<u8>)> = names.iter().map(|n| (n.to_string(), std::fs::read(dir.join(n)).unwrap())).collect();
+    for (from, to, needle) in [
+        (&b"enc-depth: 6"[..], &b"enc-depth: 5"[..], "items of encoder_l6 but enc-depth in its config is 5"),
+        (b"dec-depth: 2", b"dec-depth: 1", "items of decoder_l2 but dec-depth in its config is 1"),
+    ] {
+        let mut edited = files.clone();
+        let model = &mut edited[1].1;
+        let at = model.windows(from.len()).position(|w| w == from).expect("the setting is in special:model.yml");
+        model[at..at + to.len()].copy_from_slice(to);
+        let e = Model::load_from_memory(&edited, &tolk::LoadOptions::default()).err().unwrap();
+        assert!(e.kind == ErrorKind::InvalidModel && e.message.contains(needle), "{e}");
+    }
+}

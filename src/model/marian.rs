@@ -180,6 +180,8 @@ pub struct MarianWeights<'a> {
     decoder_kind: &'static str,
     /// Pre-norm layers name their norms `*_ln_scale_pre` (Marian's `preProcess`).
     pre_norm: bool,
+    /// The config's `enc-depth` and `dec-depth`.
+    depths: (usize, usize),
 }
 
 /// The model config's settings: absent ones take Marian's defaults, and a value of the
@@ -259,7 +261,15 @@ impl<'a> MarianWeights<'a> {
         let enc_depth = get_count(config, "enc-depth", 6)?;
         let dec_depth = get_count(config, "dec-depth", 6)?;
 
-        let mut w = MarianWeights { file, variables: BTreeMap::new(), aliases: BTreeMap::new(), alphas, decoder_kind, pre_norm };
+        let mut w = MarianWeights {
+            file,
+            variables: BTreeMap::new(),
+            aliases: BTreeMap::new(),
+            alphas,
+            decoder_kind,
+            pre_norm,
+            depths: (enc_depth, dec_depth),
+        };
         // Embeddings: one table for everything (tied-embeddings-all), or per side.
         let (source_emb, target_emb) = if file.contains("Wemb") {
             ("Wemb", if file.contains("decoder_Wemb") { "decoder_Wemb" } else { "Wemb" })
@@ -450,6 +460,20 @@ impl<'a> MarianWeights<'a> {
             .collect();
         if unknown.is_empty() {
             return Ok(());
+        }
+        // Layers past the configured depth: the config and the file disagree.
+        let beyond = |stack: &str, depth: usize| {
+            unknown.iter().find_map(|n| {
+                let layer: usize = n.strip_prefix(stack)?.split('_').next()?.parse().ok()?;
+                (layer > depth).then_some(layer)
+            })
+        };
+        for (stack, key, depth) in [("encoder_l", "enc-depth", self.depths.0), ("decoder_l", "dec-depth", self.depths.1)] {
+            if let Some(layer) = beyond(stack, depth) {
+                return Err(Error::invalid_model(format!(
+                    "Marian model: the file has items of {stack}{layer} but {key} in its config is {depth}"
+                )));
+            }
         }
         Err(Error::unsupported(format!(
             "Marian model: items of features Tolk does not support: {}{}",
