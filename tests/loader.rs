@@ -81,49 +81,6 @@ fn config_json_is_required_beside_a_version_6_model_bin() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A model keeps nothing of the mapped file after load: once the file is truncated (as
-/// `cp new.bin model.bin` does) it translates as before, and only a new load sees the
-/// file's new state, as a clean error.
-#[test]
-fn a_loaded_model_never_reads_its_file_again() {
-    use tolk::ComputeType;
-    for (name, bytes) in [("f32", tiny_model_bin(4, VOCAB)), ("int8", tiny_int8_model_bin(4, VOCAB))] {
-        let dir = write_model_dir(&temp_dir(&format!("truncated-{name}")), &bytes, &tiny_vocabulary(VOCAB));
-        let src: Vec<Vec<String>> = (0..3).map(|i| (0..2 + i).map(|j| format!("w{}", 3 + (i + j * 5) % 9)).collect()).collect();
-        let opts = TranslateOptions { beam_size: 2, max_decoding_length: 8, ..Default::default() };
-        for compute_type in [ComputeType::Float32, ComputeType::Int8] {
-            let model = Model::load_with(&dir, compute_type).unwrap();
-            let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
-            let before = translator.translate_batch(&src, None, &opts).unwrap();
-            std::fs::File::options().write(true).open(dir.join("model.bin")).unwrap().set_len(0).unwrap();
-            assert_eq!(translator.translate_batch(&src, None, &opts).unwrap(), before, "{name} as {compute_type:?}");
-            assert_eq!(Model::load_with(&dir, compute_type).err().map(|e| e.kind), Some(ErrorKind::InvalidModel));
-            std::fs::write(dir.join("model.bin"), &bytes).unwrap();
-        }
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
-
-/// A stored int8 scale that is not a positive finite number (a corrupt file) is an error
-/// naming the variable, for every compute type (float32 dequantizes with it).
-#[test]
-fn corrupt_int8_scales_are_errors() {
-    use tolk::ComputeType;
-    for bad in [f32::NAN, 0.0, f32::INFINITY, -1.0] {
-        let edit = |name: &str, scales: &mut Vec<f32>| {
-            if name == "decoder/layer_0/ffn/linear_0/weight" {
-                scales[3] = bad;
-            }
-        };
-        let dir = write_model_dir(&temp_dir("bad-scale"), &tiny_int8_model_bin_edited(5, VOCAB, &edit), &tiny_vocabulary(VOCAB));
-        for compute_type in [ComputeType::Int8, ComputeType::Float32] {
-            let e = Model::load_with(&dir, compute_type).err().unwrap();
-            assert_eq!(e.kind, ErrorKind::InvalidModel, "{bad} {compute_type:?}: {e}");
-            assert!(e.message.contains("decoder/layer_0/ffn/linear_0/weight_scale"), "{e}");
-        }
-    }
-}
-
 #[test]
 fn old_binary_versions_are_refused_by_name() {
     let mut bytes = tiny_model_bin(3, VOCAB);
