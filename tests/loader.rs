@@ -81,6 +81,26 @@ fn config_json_is_required_beside_a_version_6_model_bin() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A stored int8 scale that is not a positive finite number (a corrupt file) is an error
+/// naming the variable, for every compute type (float32 dequantizes with it).
+#[test]
+fn corrupt_int8_scales_are_errors() {
+    use tolk::ComputeType;
+    for bad in [f32::NAN, 0.0, f32::INFINITY, -1.0] {
+        let edit = |name: &str, scales: &mut Vec<f32>| {
+            if name == "decoder/layer_0/ffn/linear_0/weight" {
+                scales[3] = bad;
+            }
+        };
+        let dir = write_model_dir(&temp_dir("bad-scale"), &tiny_int8_model_bin_edited(5, VOCAB, &edit), &tiny_vocabulary(VOCAB));
+        for compute_type in [ComputeType::Int8, ComputeType::Float32] {
+            let e = Model::load_with(&dir, compute_type).err().unwrap();
+            assert_eq!(e.kind, ErrorKind::InvalidModel, "{bad} {compute_type:?}: {e}");
+            assert!(e.message.contains("decoder/layer_0/ffn/linear_0/weight_scale"), "{e}");
+        }
+    }
+}
+
 #[test]
 fn old_binary_versions_are_refused_by_name() {
     let mut bytes = tiny_model_bin(3, VOCAB);
