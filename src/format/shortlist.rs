@@ -99,11 +99,10 @@ impl Shortlist {
     ) -> Result<Shortlist> {
         let bytes = files.read(path)?;
         let at = |e: Error| Error::new(e.kind, format!("{}: {}", path.display(), e.message));
-        if bytes.get(..8) == Some(&MAGIC.to_le_bytes()[..]) {
+        // A `.bin` is binary whatever it holds (as text, an empty or foreign one was an
+        // empty shortlist): its header check says what is wrong.
+        if bytes.get(..8) == Some(&MAGIC.to_le_bytes()[..]) || path.extension().is_some_and(|e| e == "bin") {
             return Self::from_binary_bytes(&bytes, true).map_err(at);
-        }
-        if path.extension().is_some_and(|e| e == "bin") {
-            return Err(at(bad("bad magic (a .bin file that is not a binary shortlist)")));
         }
         let text = std::str::from_utf8(&bytes).map_err(|_| at(bad("neither binary nor UTF-8 text")))?;
         Self::from_text(text, first, best, source_vocabulary, target_vocabulary).map_err(at)
@@ -295,7 +294,8 @@ mod tests {
             let e = Shortlist::from_text(text, None, None, vocab, vocab).err().unwrap();
             assert!(e.kind == ErrorKind::InvalidModel && e.message.contains("not a shortlist"), "{text:?}: {e}");
         }
-        let files = PackageFiles::Memory(Arc::new(MemoryFiles::copy_of(&[("lex.s2t.bin", &b"w5 w1 0.5\n"[..]), ("lex.s2t", b"w5 w1 0.5\n")]).unwrap()));
+        let text = "w5 w1 0.5\n".repeat(8);
+        let files = PackageFiles::Memory(Arc::new(MemoryFiles::copy_of(&[("lex.s2t.bin", text.as_bytes()), ("lex.s2t", text.as_bytes())]).unwrap()));
         let e = Shortlist::open_in(&files, Path::new("lex.s2t.bin"), None, None, &vocab, &vocab).err().unwrap();
         assert!(e.message.contains("lex.s2t.bin") && e.message.contains("magic"), "{e}");
         assert_eq!(Shortlist::open_in(&files, Path::new("lex.s2t"), None, None, &vocab, &vocab).unwrap().candidates(1), &[5]);

@@ -71,9 +71,11 @@ struct Alignment {
 
 fn read_activation<B: Backend>(w: &WeightReader<B>, scope: &str) -> Result<Activation> {
     let stored = w.scalar(&format!("{scope}/activation"))?.unwrap_or(0.0);
-    let id = if stored.fract() == 0.0 { stored as i64 } else { -1 };
-    Activation::from_ct2_id(id)
-        .ok_or_else(|| Error::unsupported(format!("{scope}: activation #{id} is not supported (relu, gelu, gelu-tanh, gelu-sigmoid, swish, tanh are)")))
+    // A fractional id names no activation (`as i64` made 1.5 the gelu of 1).
+    Some(stored as i64)
+        .filter(|_| stored.fract() == 0.0)
+        .and_then(Activation::from_ct2_id)
+        .ok_or_else(|| Error::unsupported(format!("{scope}: activation #{stored} is not supported (relu, gelu, gelu-tanh, gelu-sigmoid, swish, tanh are)")))
 }
 
 fn read_stack_options<B: Backend>(w: &WeightReader<B>, scope: &str, d: usize) -> Result<StackOptions> {
