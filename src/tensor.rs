@@ -1,6 +1,7 @@
 //! Float32 weight tensors. A tensor either borrows its data from the memory-mapped model
 //! file (float32 weights stored 4-byte aligned need no copy) or owns a converted buffer
-//! (dequantized int8/int16, widened float16/bfloat16, or realigned float32).
+//! (dequantized int8/int16, widened float16/bfloat16, or realigned float32). Borrowed
+//! tensors live only while a model loads: backends copy what they keep (`Backend::vector`).
 use std::ops::Deref;
 use std::sync::Arc;
 

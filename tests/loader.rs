@@ -53,6 +53,57 @@ fn int8_saved_weights_are_used_as_saved() {
     assert_eq!(Model::load_with(&dir, ComputeType::Float32).unwrap().compute_type(), ComputeType::Float32);
 }
 
+/// Translates `source` with the model in `dir`, then rewrites its model.bin in place (as
+/// `cp other model.bin` does: truncated, then other bytes) and translates again: a loaded
+/// model reads nothing of its files, so the result is the same, where a model that went on
+/// reading its mapping would fault (SIGBUS) or read the new bytes.
+fn survives_its_file_rewritten_in_place(dir: &std::path::Path, compute_type: tolk::ComputeType, source: &[Vec<String>]) {
+    use std::io::Write;
+    let model = Model::load_with(dir, compute_type).unwrap();
+    let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+    let opts = TranslateOptions { beam_size: 2, return_scores: true, max_decoding_length: 24, ..Default::default() };
+    let before = translator.translate_batch(source, None, &opts).unwrap();
+    let bin = dir.join("model.bin");
+    let length = std::fs::metadata(&bin).unwrap().len();
+    let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(&bin).unwrap();
+    file.write_all(&vec![0x5a; (length / 3) as usize]).unwrap();
+    drop(file);
+    assert_eq!(translator.translate_batch(source, None, &opts).unwrap(), before, "{compute_type:?} after the rewrite");
+    drop((translator, model));
+    assert!(Model::load(dir).is_err(), "the rewritten file no longer loads");
+}
+
+#[test]
+fn a_model_file_rewritten_in_place_under_a_loaded_model_is_not_read() {
+    let source: Vec<Vec<String>> = (0..3).map(|i| (0..3 + i).map(|j| format!("w{}", 3 + (i + j * 5) % 9)).collect()).collect();
+    for (name, bytes, compute_type) in [
+        ("rewrite-f32", tiny_model_bin(4, VOCAB), tolk::ComputeType::Float32),
+        ("rewrite-i8", tiny_int8_model_bin(4, VOCAB), tolk::ComputeType::Int8),
+    ] {
+        let dir = write_model_dir(&temp_dir(name), &bytes, &tiny_vocabulary(VOCAB));
+        survives_its_file_rewritten_in_place(&dir, compute_type, &source);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    // zh-en: float32 biases and norms 4-byte aligned in the file, and a 4 MB sinusoid table.
+    let Some((zh_en, pieces)) = zh_en_pieces(4) else { return };
+    let dir = temp_dir("rewrite-zh-en");
+    std::fs::create_dir_all(&dir).unwrap();
+    for compute_type in [tolk::ComputeType::Int8, tolk::ComputeType::Float32] {
+        for entry in std::fs::read_dir(&zh_en).unwrap() {
+            let path = entry.unwrap().path();
+            let copy = dir.join(path.file_name().unwrap());
+            let _ = std::fs::remove_file(&copy);
+            std::fs::copy(&path, &copy).unwrap();
+            // The shared models are read-only, and so would be their copies.
+            let mut permissions = std::fs::metadata(&copy).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o600);
+            std::fs::set_permissions(&copy, permissions).unwrap();
+        }
+        survives_its_file_rewritten_in_place(&dir, compute_type, &pieces);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn missing_files_and_directories_are_io_errors() {
     let err = load(std::path::Path::new("/nonexistent/tolk-model")).err().unwrap();

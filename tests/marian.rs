@@ -52,6 +52,35 @@ fn the_bergamot_package_translates_with_its_own_settings() {
     assert!(out[3].contains("caminho") && out[3].contains("verdade") && out[3].contains("vida"), "{}", out[3]);
 }
 
+/// Every file of a loaded package (model, shortlist, vocabulary, YAML) rewritten in place
+/// (truncated, then other bytes, as `cp` does) changes nothing: the model holds copies.
+#[test]
+fn package_files_rewritten_in_place_under_a_loaded_model_are_not_read() {
+    use std::io::Write;
+    let Some(shared) = en_pt() else { return };
+    let dir = common::temp_dir("marian-rewrite");
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&shared).unwrap() {
+        let path = entry.unwrap().path();
+        let copy = dir.join(path.file_name().unwrap());
+        std::fs::copy(&path, &copy).unwrap();
+        let mut permissions = std::fs::metadata(&copy).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o600);
+        std::fs::set_permissions(&copy, permissions).unwrap();
+    }
+    let model = Model::load(&dir).unwrap();
+    let before = translate(&model, None);
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let length = std::fs::metadata(&path).unwrap().len();
+        let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(&path).unwrap();
+        file.write_all(&vec![0x5a; (length / 3) as usize]).unwrap();
+    }
+    assert_eq!(translate(&model, None), before);
+    drop(model);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn the_package_is_found_from_its_directory_yaml_or_model_file() {
     let Some(dir) = en_pt() else { return };

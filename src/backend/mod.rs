@@ -10,11 +10,13 @@
 //! knowing any kernel.
 pub mod cpu;
 pub mod cuda;
+pub mod positions;
 
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+pub use positions::SinusoidTable;
 
 /// The order float operations run in, which decides the last bits of their results
 /// (and, through int8 quantization, sometimes a word): each engine's own.
@@ -283,6 +285,9 @@ pub enum PositionTable<'a, B: Backend> {
     Table(&'a B::Vector),
     /// Sinusoids with `[sin | cos]` halves; position p is encoded as `p + start`.
     Sinusoidal { start: usize },
+    /// A stored table recognized as float64 sinusoids, generated on the host
+    /// ([`Backend::GENERATES_POSITION_TABLES`]).
+    Generated(&'a SinusoidTable),
 }
 
 /// Multi-head attention settings of a stack.
@@ -307,6 +312,11 @@ pub trait Backend: Clone + Send + Sync + 'static {
     type KvCache: Send;
     /// The cross-attention keys and values of one decoder layer, per example decoded.
     type MemoryKv: Default + Send;
+
+    /// Whether a stored position table that [`SinusoidTable::recognize`]s is generated row
+    /// by row on the host rather than held as a vector: where vectors live in host memory
+    /// (no table read from the mapped file or owned for the few rows a translation uses).
+    const GENERATES_POSITION_TABLES: bool = false;
 
     /// A short name for logs and `--verbose` ("cpu (avx512vnni)").
     fn name(&self) -> String;

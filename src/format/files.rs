@@ -190,10 +190,12 @@ impl PartialEq for PackageFiles {
 /// The bytes of one package file: a file on disk mapped read-only, or a file held in
 /// memory, copied into an anonymous read-only mapping that belongs to the package.
 ///
-/// A loaded model goes on borrowing from these bytes: float32 vectors and embedding tables
-/// of a CTranslate2 `model.bin` stay in place on the CPU ([`Tensor::from_mapped`]); the
-/// rest (packed matrices, converted types, every Marian weight) is copied into the built
-/// layers. That is why files given in memory are copied, never borrowed from the caller.
+/// Loading borrows from these bytes ([`Tensor::from_mapped`]: float32 weights read in
+/// place while their layer is built); a loaded model keeps none of them (the CPU backend
+/// copies the vectors it holds, packed matrices are copies, recognized sinusoid tables are
+/// generated), so the mapping ends with the load and a model file rewritten in place
+/// cannot fault a loaded model. Files given in memory are copied all the same: the caller's
+/// buffer need not outlive the load call, whatever a backend keeps.
 ///
 /// [`Tensor::from_mapped`]: crate::tensor::Tensor::from_mapped
 #[derive(Clone)]

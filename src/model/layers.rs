@@ -4,7 +4,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::backend::{Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized, TopLogits};
+use crate::backend::{Backend, ComputeType, Ctx, EmbeddingRows, FloatOrder, MatrixData, PositionTable, Quantized, SinusoidTable, TopLogits};
 use crate::error::{Error, Result};
 use crate::format::WeightSource;
 use crate::tensor::Tensor;
@@ -21,6 +21,10 @@ pub struct WeightReader<'a, B: Backend> {
     converted: RefCell<HashMap<String, Weight>>,
     /// Prepared matrices by stored name, for weights shared by several layers.
     packed: RefCell<HashMap<String, Prepared<B::Matrix>>>,
+    /// Vectors the backend holds, by stored name, for tables several stacks alias.
+    vectors: RefCell<HashMap<String, Arc<B::Vector>>>,
+    /// Stored tables recognized as sinusoids, by stored name (`None`: checked, not them).
+    sinusoids: RefCell<HashMap<String, Option<Arc<SinusoidTable>>>>,
     /// Bytes of the matrices prepared so far, at the compute type's width.
     matrix_bytes: Cell<usize>,
 }
@@ -44,6 +48,8 @@ impl<'a, B: Backend> WeightReader<'a, B> {
             used: RefCell::new(BTreeSet::new()),
             converted: RefCell::new(HashMap::new()),
             packed: RefCell::new(HashMap::new()),
+            vectors: RefCell::new(HashMap::new()),
+            sinusoids: RefCell::new(HashMap::new()),
             matrix_bytes: Cell::new(0),
         }
     }
@@ -86,6 +92,32 @@ impl<'a, B: Backend> WeightReader<'a, B> {
             self.converted.borrow_mut().insert(stored, Arc::clone(&t));
         }
         Ok(t)
+    }
+
+    /// `name`'s tensor `t` as the backend holds vectors, once for all the names that alias
+    /// one stored table (an encoder's and a decoder's positions, shared embeddings).
+    pub fn shared_vector(&self, name: &str, t: Weight) -> Result<Arc<B::Vector>> {
+        let stored = self.stored_name(name).ok_or_else(|| self.missing(name))?;
+        if let Some(v) = self.vectors.borrow().get(&stored) {
+            return Ok(Arc::clone(v));
+        }
+        let v = Arc::new(self.backend.vector(t)?);
+        if self.source.is_shared(&stored) {
+            self.vectors.borrow_mut().insert(stored, Arc::clone(&v));
+        }
+        Ok(v)
+    }
+
+    /// The generator of position table `name` (tensor `t`, `[rows, d]`) if it holds the
+    /// float64 sinusoids [`SinusoidTable`] makes, checked once per stored table.
+    pub fn recognized_sinusoids(&self, name: &str, t: &Tensor) -> Option<Arc<SinusoidTable>> {
+        let stored = self.stored_name(name)?;
+        if let Some(known) = self.sinusoids.borrow().get(&stored) {
+            return known.clone();
+        }
+        let table = SinusoidTable::recognize(t, t.rows(), t.row_len()).map(Arc::new);
+        self.sinusoids.borrow_mut().insert(stored, table.clone());
+        table
     }
 
     /// "FILE: NAME has shape [..], expected EXPECTED", FILE the source's (`model.bin`, a
@@ -357,8 +389,12 @@ impl<B: Backend> Norm<B> {
 
 /// Position encodings added to the scaled embeddings.
 pub enum Positions<B: Backend> {
-    /// A stored table [max_positions, d] (learned, or sinusoids saved by the converter).
-    Table { table: B::Vector, rows: usize },
+    /// A stored table [max_positions, d] (learned, or sinusoids saved by the converter),
+    /// shared by the stacks whose names alias it.
+    Table { table: Arc<B::Vector>, rows: usize },
+    /// A stored table of float64 sinusoids, generated on the host as positions are reached
+    /// ([`Backend::GENERATES_POSITION_TABLES`]).
+    Generated(Arc<SinusoidTable>),
     /// Sinusoids with [sin | cos] halves; position p uses (p + start): CTranslate2 starts
     /// at 1, Marian at 0 (its models say so with a `position_start` attribute).
     Sinusoidal { start: usize },
@@ -372,7 +408,12 @@ impl<B: Backend> Positions<B> {
                 if t.shape().len() != 2 || t.shape()[1] != dim || t.shape()[0] == 0 {
                     return Err(w.shape_error(&name, t.shape(), format!("[N, {dim}]")));
                 }
-                Ok(Positions::Table { rows: t.rows(), table: w.backend().vector(t)? })
+                if B::GENERATES_POSITION_TABLES {
+                    if let Some(table) = w.recognized_sinusoids(&name, &t) {
+                        return Ok(Positions::Generated(table));
+                    }
+                }
+                Ok(Positions::Table { rows: t.rows(), table: w.shared_vector(&name, t)? })
             }
             None => {
                 if dim < 4 || !dim.is_multiple_of(2) {
@@ -388,6 +429,7 @@ impl<B: Backend> Positions<B> {
     pub fn max_positions(&self) -> Option<usize> {
         match self {
             Positions::Table { rows, .. } => Some(*rows),
+            Positions::Generated(table) => Some(table.rows()),
             Positions::Sinusoidal { .. } => None,
         }
     }
@@ -395,7 +437,8 @@ impl<B: Backend> Positions<B> {
     /// Adds the encoding of `positions[r]` to row `r` of `x` (width `dim`).
     pub fn add(&self, backend: &B, x: &mut B::Buffer, dim: usize, positions: &[usize]) {
         let table = match self {
-            Positions::Table { table, .. } => PositionTable::Table(table),
+            Positions::Table { table, .. } => PositionTable::Table(table.as_ref()),
+            Positions::Generated(table) => PositionTable::Generated(table),
             Positions::Sinusoidal { start } => PositionTable::Sinusoidal { start: *start },
         };
         backend.add_positions(x, dim, table, positions);
@@ -423,7 +466,7 @@ pub struct EmbeddingTable<B: Backend> {
 }
 
 enum Rows<B: Backend> {
-    Dense(B::Vector),
+    Dense(Arc<B::Vector>),
     Packed(Arc<B::Matrix>),
 }
 
@@ -441,7 +484,7 @@ impl<B: Backend> EmbeddingTable<B> {
             w.forget_converted(name);
             Rows::Packed(packed)
         } else {
-            Rows::Dense(w.backend().vector(w.tensor(name)?)?)
+            Rows::Dense(w.shared_vector(name, w.tensor(name)?)?)
         };
         Ok(EmbeddingTable { rows, vocabulary, dim })
     }
@@ -457,7 +500,7 @@ impl<B: Backend> EmbeddingTable<B> {
     /// Row `ids[r]` scaled by `scale` as row `r` of `out`.
     pub fn lookup(&self, backend: &B, ids: &[u32], scale: Option<f32>, out: &mut B::Buffer) {
         let rows = match &self.rows {
-            Rows::Dense(t) => EmbeddingRows::Dense(t),
+            Rows::Dense(t) => EmbeddingRows::Dense(t.as_ref()),
             Rows::Packed(p) => EmbeddingRows::Packed(p.as_ref()),
         };
         backend.embed(rows, self.dim, ids, scale, out);

@@ -82,6 +82,8 @@ impl Backend for CpuBackend {
     type KvCache = CpuKvCache;
     type MemoryKv = CpuMemoryKv;
 
+    const GENERATES_POSITION_TABLES: bool = true;
+
     fn name(&self) -> String {
         format!("cpu ({})", isa::current().name())
     }
@@ -110,11 +112,13 @@ impl Backend for CpuBackend {
     }
 
     fn vector(&self, data: Arc<Tensor>) -> Result<Arc<Tensor>> {
-        // Float32 vectors stay borrowed from the mapped file, their pages resident only as
-        // used. Owned copies (tried 2026-12-03, so that a model.bin truncated in place could
-        // not fault the next translation with SIGBUS) put zh-en's 4 MB position table in
-        // memory twice (encoder and decoder) and int8 greedy's peak RSS at 149 MB against
-        // 143 (0.62x CTranslate2's, past issue #10's 0.6x): replace model files by rename.
+        // Owned, never borrowed from the mapped file: a loaded model then reads nothing of
+        // it, and the mapping ends with the load, so a model.bin truncated or rewritten in
+        // place under a loaded model cannot fault (SIGBUS) its next translation. The one
+        // large vector, a sinusoid table, is generated instead (GENERATES_POSITION_TABLES).
+        if data.is_mapped() {
+            return Ok(Arc::new(Tensor::from_vec(data.to_vec(), data.shape().to_vec())));
+        }
         Ok(data)
     }
 
@@ -180,6 +184,7 @@ impl Backend for CpuBackend {
             match table {
                 PositionTable::Table(t) => ops::add_assign(row, t.row(position)),
                 PositionTable::Sinusoidal { start } => add_sinusoid(row, position + start),
+                PositionTable::Generated(t) => ops::add_assign(row, t.row(position)),
             }
         }
     }

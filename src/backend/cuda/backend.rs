@@ -506,6 +506,10 @@ impl Backend for CudaBackend {
             return;
         }
         let dev = self.dev();
+        // Rows of a host-generated table, uploaded for this call (never chosen here, as
+        // GENERATES_POSITION_TABLES is false for this backend: kept correct all the same).
+        let (generated, in_order): (CudaSlice<f32>, Vec<usize>);
+        let mut positions = &positions[..rows];
         let (table_data, sinusoid, start, increment, bound) = match table {
             PositionTable::Table(t) => {
                 // The kernel reads row `p` at `p * dim`: the table's rows must be `dim` wide.
@@ -514,8 +518,16 @@ impl Backend for CudaBackend {
             }
             // The CPU's frequency step, computed here in the same float32 arithmetic.
             PositionTable::Sinusoidal { start } => (&dev.dummy_f32, 1, to_u32(start), 10000f32.ln() / (dim / 2 - 1) as f32, usize::MAX),
+            PositionTable::Generated(t) => {
+                assert!(t.dim() == dim, "CUDA backend: position table rows of {} for width {dim}", t.dim());
+                let host: Vec<f32> = positions.iter().flat_map(|&p| t.row(p)).copied().collect();
+                generated = self.upload_f32(&host).unwrap_or_else(|e| panic!("{e}"));
+                in_order = (0..rows).collect();
+                positions = &in_order;
+                (&generated, 0, 0, 0.0, rows)
+            }
         };
-        let positions = self.upload_indices(&positions[..rows], bound, "position");
+        let positions = self.upload_indices(positions, bound, "position");
         let (d_i, rows_i) = (to_i32(dim), to_i32(rows));
         launch!(
             dev,
