@@ -276,6 +276,7 @@ fn is_planned(isa: Isa, intgemm: bool) -> bool {
 }
 
 /// One panel's share of the epilogue: scales, compensation and bias of its columns.
+#[derive(Clone)]
 struct PanelEpilogue {
     w_scales: [f32; NR],
     compensation: [i32; NR],
@@ -470,20 +471,30 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
         // SAFETY: Isa::Amx is chosen only where the CPU and OS run AMX (isa::current).
         #[cfg(target_arch = "x86_64")]
         let _tiles = (isa == Isa::Amx).then(|| unsafe { amx::Tiles::configure() });
-        let mut epilogues: Vec<PanelEpilogue> = Vec::with_capacity(block);
+        let blank = PanelEpilogue { w_scales: [1.0; NR], compensation: [0; NR], bias: [0.0; NR], cols: NR, relu, intgemm: false };
+        let mut epilogues: Vec<PanelEpilogue> = (0..block.min(p1 - p0)).map(|_| blank.clone()).collect();
         let (mut scratch, mut best) = (Vec::new(), Vec::new());
         if let Output::Best { .. } = out {
             best = vec![(0, f32::NEG_INFINITY); m];
         }
         for b0 in (p0..p1).step_by(block) {
             let b1 = (b0 + block).min(p1);
-            epilogues.clear();
-            epilogues.extend((b0..b1).map(|p| {
+            // Filled in place, whole panels by fixed-size copies: building each panel's
+            // epilogue and moving it into the list took four memcpy calls a panel (perf,
+            // int8 greedy at AVX2, Zen 5, 2026-12-03: memmove 1.54% -> 0.19%, with this
+            // loop 2.95% -> 2.6%; the rest is reading the scales and bias from memory).
+            for (p, e) in (b0..b1).zip(&mut epilogues) {
                 let cols = NR.min(n - p * NR);
-                let mut e = PanelEpilogue { w_scales: [1.0; NR], compensation: [0; NR], bias: [0.0; NR], cols, relu, intgemm: false };
-                e.w_scales[..cols].copy_from_slice(&w.scales[p * NR..p * NR + cols]);
-                if let Some(b) = bias {
-                    e.bias[..cols].copy_from_slice(&b[p * NR..p * NR + cols]);
+                e.cols = cols;
+                if cols == NR {
+                    e.w_scales = w.scales[p * NR..(p + 1) * NR].try_into().unwrap();
+                    e.bias = bias.map_or([0.0; NR], |b| b[p * NR..(p + 1) * NR].try_into().unwrap());
+                } else {
+                    *e = PanelEpilogue { cols, ..blank.clone() };
+                    e.w_scales[..cols].copy_from_slice(&w.scales[p * NR..p * NR + cols]);
+                    if let Some(b) = bias {
+                        e.bias[..cols].copy_from_slice(&b[p * NR..p * NR + cols]);
+                    }
                 }
                 if let Some(scale_x) = w.emulates_intgemm() {
                     // intgemm's PrepareBias: bias' = bias + colsum(w) * -(127/sx * 127/sw) / 127.
@@ -496,10 +507,10 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     }
                     e.intgemm = true;
                 } else if shifted {
-                    e.compensation.copy_from_slice(&w.compensation[p * NR..(p + 1) * NR]);
+                    e.compensation = w.compensation[p * NR..(p + 1) * NR].try_into().unwrap();
                 }
-                e
-            }));
+            }
+            let epilogues = &epilogues[..b1 - b0];
             // The first group streams the block from memory; the others fetch the next block
             // into L2 meanwhile, each tile a share, so no group waits for memory.
             let next = w.panels(b1, (b1 + block).min(p1));
@@ -515,7 +526,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
             };
             for g in 0..groups {
                 let ag = a.group(g);
-                for (p, e) in (b0..b1).zip(&epilogues) {
+                for (p, e) in (b0..b1).zip(epilogues) {
                     let panel = w.panel(p);
                     let prefetch = if g == 0 {
                         // A lone group (up to MR rows) has no later group to fetch for it:
