@@ -58,16 +58,11 @@ fn int8_saved_weights_are_used_as_saved() {
 /// model reads nothing of its files, so the result is the same, where a model that went on
 /// reading its mapping would fault (SIGBUS) or read the new bytes.
 fn survives_its_file_rewritten_in_place(dir: &std::path::Path, compute_type: tolk::ComputeType, source: &[Vec<String>]) {
-    use std::io::Write;
     let model = Model::load_with(dir, compute_type).unwrap();
     let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
     let opts = TranslateOptions { beam_size: 2, return_scores: true, max_decoding_length: 24, ..Default::default() };
     let before = translator.translate_batch(source, None, &opts).unwrap();
-    let bin = dir.join("model.bin");
-    let length = std::fs::metadata(&bin).unwrap().len();
-    let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(&bin).unwrap();
-    file.write_all(&vec![0x5a; (length / 3) as usize]).unwrap();
-    drop(file);
+    rewrite_in_place(&dir.join("model.bin"));
     assert_eq!(translator.translate_batch(source, None, &opts).unwrap(), before, "{compute_type:?} after the rewrite");
     drop((translator, model));
     assert!(Model::load(dir).is_err(), "the rewritten file no longer loads");
@@ -87,18 +82,8 @@ fn a_model_file_rewritten_in_place_under_a_loaded_model_is_not_read() {
     // zh-en: float32 biases and norms 4-byte aligned in the file, and a 4 MB sinusoid table.
     let Some((zh_en, pieces)) = zh_en_pieces(4) else { return };
     let dir = temp_dir("rewrite-zh-en");
-    std::fs::create_dir_all(&dir).unwrap();
     for compute_type in [tolk::ComputeType::Int8, tolk::ComputeType::Float32] {
-        for entry in std::fs::read_dir(&zh_en).unwrap() {
-            let path = entry.unwrap().path();
-            let copy = dir.join(path.file_name().unwrap());
-            let _ = std::fs::remove_file(&copy);
-            std::fs::copy(&path, &copy).unwrap();
-            // The shared models are read-only, and so would be their copies.
-            let mut permissions = std::fs::metadata(&copy).unwrap().permissions();
-            std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o600);
-            std::fs::set_permissions(&copy, permissions).unwrap();
-        }
+        copy_files_writable(&zh_en, &dir);
         survives_its_file_rewritten_in_place(&dir, compute_type, &pieces);
     }
     let _ = std::fs::remove_dir_all(dir);

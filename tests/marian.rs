@@ -56,25 +56,13 @@ fn the_bergamot_package_translates_with_its_own_settings() {
 /// (truncated, then other bytes, as `cp` does) changes nothing: the model holds copies.
 #[test]
 fn package_files_rewritten_in_place_under_a_loaded_model_are_not_read() {
-    use std::io::Write;
     let Some(shared) = en_pt() else { return };
     let dir = common::temp_dir("marian-rewrite");
-    std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(&shared).unwrap() {
-        let path = entry.unwrap().path();
-        let copy = dir.join(path.file_name().unwrap());
-        std::fs::copy(&path, &copy).unwrap();
-        let mut permissions = std::fs::metadata(&copy).unwrap().permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o600);
-        std::fs::set_permissions(&copy, permissions).unwrap();
-    }
+    common::copy_files_writable(&shared, &dir);
     let model = Model::load(&dir).unwrap();
     let before = translate(&model, None);
     for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let length = std::fs::metadata(&path).unwrap().len();
-        let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(&path).unwrap();
-        file.write_all(&vec![0x5a; (length / 3) as usize]).unwrap();
+        common::rewrite_in_place(&entry.unwrap().path());
     }
     assert_eq!(translate(&model, None), before);
     drop(model);

@@ -766,29 +766,19 @@ mod tests {
             .collect()
     }
 
+    /// The explicit AVX2 and AVX-512 one-key dots give the portable one's bits.
     #[test]
-    fn explicit_avx512_dot_is_bit_identical_to_the_portable_one() {
-        if !isa::Isa::Avx512Bw.is_supported() {
-            return;
-        }
-        for seed in 0..2000 {
-            let (q, k) = (values(seed, 64), values(seed + 7777, 64));
-            // SAFETY: AVX-512 is supported (checked above).
-            let fast = unsafe { x86::single_query_dot_avx512(&q, &k) };
-            assert_eq!(fast.to_bits(), single_query_dot(&q, &k).to_bits(), "seed {seed}");
-        }
-    }
-
-    #[test]
-    fn explicit_avx2_dot_is_bit_identical_to_the_portable_one() {
-        if !isa::Isa::Avx2.is_supported() {
-            return;
-        }
-        for seed in 0..2000 {
-            let (q, k) = (values(seed, 64), values(seed + 7777, 64));
-            // SAFETY: AVX2 and FMA are supported (checked above).
-            let fast = unsafe { x86::single_query_dot_avx2(&q, &k) };
-            assert_eq!(fast.to_bits(), single_query_dot(&q, &k).to_bits(), "seed {seed}");
+    fn explicit_dots_are_bit_identical_to_the_portable_one() {
+        #[allow(clippy::type_complexity)]
+        let kernels: [(isa::Isa, unsafe fn(&[f32], &[f32]) -> f32); 2] =
+            [(isa::Isa::Avx2, x86::single_query_dot_avx2), (isa::Isa::Avx512Bw, x86::single_query_dot_avx512)];
+        for (level, dot) in kernels.into_iter().filter(|(level, _)| level.is_supported()) {
+            for seed in 0..2000 {
+                let (q, k) = (values(seed, 64), values(seed + 7777, 64));
+                // SAFETY: the level is supported (filtered above).
+                let fast = unsafe { dot(&q, &k) };
+                assert_eq!(fast.to_bits(), single_query_dot(&q, &k).to_bits(), "{level:?} seed {seed}");
+            }
         }
     }
 
