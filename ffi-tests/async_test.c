@@ -316,6 +316,60 @@ static void test_blocking_calls_from_callbacks(const TolkModel *model) {
     tolk_translator_free(translator);
 }
 
+/* tolk_job_free from the job's own on_token callback cancels it and returns at once
+ * (waiting there for the job to end would wait for itself); the completion callback still
+ * comes, once. */
+typedef struct {
+    _Atomic(TolkJob *) job;
+    atomic_int freed;
+    Completion done;
+} SelfFreeing;
+
+static bool free_on_token(void *user_data, const TolkTokenEvent *e) {
+    SelfFreeing *s = user_data;
+    (void)e;
+    if (atomic_load(&s->freed)) return true; /* the step's other sentences */
+    /* The submit call stores the handle once it returns: wait for it (bounded). */
+    struct timespec pause = {0, 1000 * 1000};
+    for (int i = 0; i < 5000 && atomic_load(&s->job) == NULL; i++) nanosleep(&pause, NULL);
+    TolkJob *job = atomic_exchange(&s->job, NULL);
+    if (job != NULL) {
+        tolk_job_free(job);
+        atomic_store(&s->freed, 1);
+    }
+    return true;
+}
+
+static void test_free_from_on_token(const TolkModel *model) {
+    TolkTranslator *translator = new_translator(model, 1);
+    if (!translator) return;
+    for (int round = 0; round < 3; round++) {
+        SelfFreeing s;
+        atomic_init(&s.job, NULL);
+        atomic_init(&s.freed, 0);
+        atomic_init(&s.done.calls, 0);
+        atomic_init(&s.done.last_status, -1);
+        TolkTranslateOptions o = options(1, 5);
+        o.on_token = free_on_token;
+        o.on_token_user_data = &s;
+        TolkJob *job = NULL;
+        CHECK_STATUS(tolk_translate_batch_async(translator, SOURCE, LENGTHS, SENTENCES, NULL, NULL, &o, on_complete, &s.done, &job), TOLK_OK);
+        atomic_store(&s.job, job);
+        struct timespec pause = {0, 5 * 1000 * 1000};
+        for (int i = 0; i < 2000 && atomic_load(&s.done.calls) == 0; i++) nanosleep(&pause, NULL);
+        CHECK(atomic_load(&s.freed) == 1);
+        CHECK(atomic_load(&s.done.calls) == 1);
+        int status = atomic_load(&s.done.last_status);
+        CHECK(status == TOLK_ERROR_CANCELLED || status == TOLK_OK);
+        /* The translator still works, and frees with nothing pending. */
+        TolkResult *r = NULL;
+        TolkTranslateOptions plain = options(1, 5);
+        CHECK_STATUS(tolk_translate_batch(translator, SOURCE, LENGTHS, 2, NULL, NULL, &plain, &r), TOLK_OK);
+        tolk_result_free(r);
+    }
+    tolk_translator_free(translator);
+}
+
 static void test_null_pointers(const TolkModel *model) {
     TolkTranslator *translator = new_translator(model, 1);
     TolkJob *job = (TolkJob *)1;
@@ -354,6 +408,7 @@ int main(int argc, char **argv) {
     test_token_streaming(model);
     test_text_job_equals_blocking_call(model);
     test_blocking_calls_from_callbacks(model);
+    test_free_from_on_token(model);
     test_null_pointers(model);
     tolk_model_free(model);
     return finish("async_test");

@@ -899,8 +899,11 @@ enum TolkStatus tolk_job_text_result(const struct TolkJob *job, struct TolkTextR
  * Releases a job handle. A job still running is cancelled (nobody could read its
  * results) and its completion callback is still called once; this call returns when the
  * job has ended and its callbacks have returned, so their user data may be released
- * afterwards. That takes at most one decoding step. It may be called from the job's
- * completion callback, never from its on_token callback.
+ * afterwards. That takes at most one decoding step. Called from a callback of the same
+ * translator (the job's on_token or completion callback, or another job's), it cannot
+ * wait for the worker it runs on: it cancels the job and returns at once, and the job's
+ * completion callback still comes once the running callback has returned (keep its user
+ * data until then).
  *
  * # Safety
  * `job` must be NULL or a job not yet freed, and no call may be using it.

@@ -560,13 +560,18 @@ impl<T: Send + 'static> Job<T> {
     }
 
     /// Cancels the job unless it has ended, and waits until it has ended and its callbacks
-    /// have returned: afterwards nothing of the job calls the caller's code. (Called from
-    /// the job's own completion callback it does not wait for that callback; from its token
-    /// callback it would wait forever.)
+    /// have returned: afterwards nothing of the job calls the caller's code. Called from a
+    /// callback on one of the translator's workers (an on_token or completion callback of
+    /// this job or another), it cancels and returns at once: the job may need the very
+    /// worker that would wait (its token callback waiting for itself hung forever), so its
+    /// completion callback may still come afterwards.
     pub fn cancel_and_settle(&self) {
         let mut state = lock(&self.request.state);
         if !state.ended {
             self.cancel();
+        }
+        if super::workers::on_worker_of(self.request.pool) {
+            return;
         }
         let me = std::thread::current().id();
         while !state.settled && state.callback_thread != Some(me) {
