@@ -127,7 +127,6 @@ fn real_model_items_types_and_config() {
     let from_bytes = MarianFile::from_bytes(std::fs::read(dir.join("model.enpt.intgemm.alphas.bin")).unwrap()).unwrap();
     assert_eq!(from_bytes.items(), m.items());
     assert_eq!(from_bytes.intgemm8("encoder_l3_ffn_W1").unwrap(), m.intgemm8("encoder_l3_ffn_W1").unwrap());
-    m.release_pages();
     assert_eq!(m.float_values("decoder_ff_logit_out_b").unwrap(), bias);
 }
 
@@ -253,7 +252,6 @@ fn synthetic_bin_round_trip() {
     for item in mapped.items() {
         assert_eq!(mapped.bytes(item).as_ptr() as usize % 256, 0, "{}", item.name);
     }
-    mapped.release_pages();
     assert_eq!(mapped.float_values("decoder_b").unwrap(), [0.5, -1.0, 2.0]);
 }
 
@@ -501,7 +499,6 @@ fn synthetic_npz_round_trip_and_file() {
     let opened = MarianFile::open(&path).unwrap();
     std::fs::remove_file(&path).ok();
     assert_eq!(opened.items(), a.items());
-    opened.release_pages();
 }
 
 #[test]

@@ -477,7 +477,6 @@ pub fn ct2_model_bin(data: &[u8]) {
         bin.release_variable(name);
     }
     let _ = bin.saved_weight_type();
-    bin.release_pages();
 }
 
 /// Arbitrary bytes (lossy UTF-8) as `config.json` and as a JSON document.
@@ -602,7 +601,6 @@ pub fn marian_model(data: &[u8]) {
         let _ = m.quant_mult_a(&item.name);
     }
     let _ = m.model_config();
-    m.release_pages();
 }
 
 /// Arbitrary bytes as a binary shortlist (checksum verified and not) and as a text one;

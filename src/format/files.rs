@@ -227,16 +227,15 @@ impl FileBytes {
         &self.map
     }
 
-    /// Drops the resident pages lying wholly inside `range` (the whole file with `None`):
-    /// a file's pages are read again from it when next used. A no-op for a file in memory,
-    /// whose pages would come back zeroed.
-    pub fn release(&self, range: Option<Range<usize>>) {
+    /// Drops the resident pages lying wholly inside `range`: a file's pages are read again
+    /// from it when next used. A no-op for a file in memory, whose pages would come back
+    /// zeroed.
+    pub fn release(&self, range: Range<usize>) {
         const PAGE: usize = 4096;
         if !self.on_disk {
             return;
         }
         // The mapping starts on a page boundary, so offsets align like addresses.
-        let range = range.unwrap_or(0..self.map.len());
         let start = range.start.next_multiple_of(PAGE);
         let end = range.end.min(self.map.len()) / PAGE * PAGE;
         if end > start {

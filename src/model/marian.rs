@@ -74,7 +74,18 @@ impl<B: Backend> MarianModel<B> {
         };
         let transformer =
             TransformerModel::build(&weights, backend, compute_type, Some(LAYER_NORM_EPSILON), special_tokens, source, target)?;
-        file.release_pages();
+        // What the products use: the scales only where int8 runs and the file has them.
+        let precision = match transformer.compute_type {
+            ComputeType::Int8 if weights.alphas && file.items().iter().any(|i| i.name.ends_with("_QuantMultA")) => {
+                "int8 with precomputed activation scales".to_string()
+            }
+            other => other.name().to_string(),
+        };
+        let decoder_kind = weights.decoder_kind;
+        // The model holds copies of everything it uses: unmapped now, the file's pages are
+        // gone before the shortlist is read.
+        drop(weights);
+        drop(file);
         let shortlist = match &package.shortlist {
             Some(s) => {
                 let (sv, tv) = (&transformer.source_vocabulary, &transformer.target_vocabulary);
@@ -98,15 +109,7 @@ impl<B: Backend> MarianModel<B> {
             allow_unk: package.allow_unk,
         };
         let description = format!(
-            "Marian transformer ({} decoder{}{})",
-            weights.decoder_kind,
-            // What the products use: the scales only where int8 runs and the file has them.
-            match transformer.compute_type {
-                ComputeType::Int8 if weights.alphas && file.items().iter().any(|i| i.name.ends_with("_QuantMultA")) => {
-                    ", int8 with precomputed activation scales".to_string()
-                }
-                other => format!(", {}", other.name()),
-            },
+            "Marian transformer ({decoder_kind} decoder, {precision}{})",
             if shortlist.is_some() { ", lexical shortlist" } else { "" }
         );
         Ok(MarianModel { transformer, shortlist, shared_vocabulary, decoding, description })

@@ -210,7 +210,6 @@ impl<B: Backend> TransformerModel<B> {
             source_vocabulary,
             target_vocabulary,
         )?;
-        bin.release_pages();
         model.vocabulary_map = vocabulary_map;
         Ok(model)
     }

@@ -401,20 +401,12 @@ fn dequantize(mut values: Vec<f32>, shape: &[usize], scale: &Tensor, name: &str)
 }
 
 impl ModelBin {
-    /// Drops the resident pages of the mapping once the model is built: weights that were
-    /// converted no longer need them, and tensors still borrowing the mapping fault their
-    /// pages back in on use, so only what is really read stays in memory (a file's pages;
-    /// a file in memory stays as it is).
-    pub fn release_pages(&self) {
-        self.data.release(None);
-    }
-
     /// Drops the resident pages lying wholly inside one variable's data, once it has been
     /// converted: the loading peak then holds the built model plus one raw weight, not the
     /// whole file besides.
     pub fn release_variable(&self, name: &str) {
         if let Some(v) = self.resolve(name) {
-            self.data.release(Some(v.offset..v.offset + v.num_bytes));
+            self.data.release(v.offset..v.offset + v.num_bytes);
         }
     }
 }

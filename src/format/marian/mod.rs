@@ -425,11 +425,4 @@ impl MarianFile {
         }
     }
 
-    /// Drops the resident pages of a mapped file once the model is built from it (the
-    /// pages come back from the page cache if read again); a no-op for bytes in memory.
-    pub fn release_pages(&self) {
-        if let Backing::Map(map) = &self.data {
-            map.release(None);
-        }
-    }
 }
