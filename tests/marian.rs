@@ -54,6 +54,7 @@ fn the_bergamot_package_translates_with_its_own_settings() {
 
 /// Every file of a loaded package (model, shortlist, vocabulary, YAML) rewritten in place
 /// (truncated, then other bytes, as `cp` does) changes nothing: the model holds copies.
+/// (Marian weights were always copied at load; this keeps it so.)
 #[test]
 fn package_files_rewritten_in_place_under_a_loaded_model_are_not_read() {
     let Some(shared) = en_pt() else { return };

@@ -127,6 +127,23 @@ mod tests {
         assert!(SinusoidTable::recognize(&[], 0, 0).is_none());
     }
 
+    /// The table zh-en's converter stored (through transformers' MarianMTModel, numpy in
+    /// float64) is the one generated here, bit for bit. Skipped without the model
+    /// (`TOLK_MODELS`, else `models/` or `../shared/models`).
+    #[test]
+    fn zh_en_stored_table_is_recognized() {
+        let roots = [std::env::var_os("TOLK_MODELS").map(std::path::PathBuf::from), Some("models".into()), Some("../shared/models".into())];
+        let Some(path) = roots.into_iter().flatten().map(|r| r.join("zh-en-ct2/model.bin")).find(|p| p.is_file()) else {
+            eprintln!("zh-en-ct2 not found: skipped");
+            return;
+        };
+        let bin = crate::format::ct2::ModelBin::open(&path).unwrap();
+        let stored = bin.tensor("decoder/position_encodings/encodings").unwrap();
+        assert_eq!(stored.shape(), [2048, 512]);
+        let table = SinusoidTable::recognize(&stored, 2048, 512).expect("zh-en's stored sinusoids are recognized");
+        assert_eq!(table.row(2047), stored.row(2047));
+    }
+
     #[test]
     #[should_panic(expected = "past the table")]
     fn rows_past_the_table_are_refused() {

@@ -58,6 +58,20 @@ pub(crate) fn on_worker_of(id: usize) -> bool {
     POOL.with(|p| p.get()) == id
 }
 
+/// Runs `f` with this thread counted among the workers of pool `id` ([`on_worker_of`]):
+/// the callbacks of abandoned tasks run on the thread that abandons them, and a wait there
+/// for another task abandoned after them would wait for that very thread.
+fn as_worker_of<R>(id: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            POOL.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(POOL.with(|p| p.replace(id)));
+    f()
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic is caught around every task, so a poisoned lock holds consistent data.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -110,7 +124,7 @@ impl Workers {
         let mut queue = lock(&self.shared.queue);
         if queue.closed {
             drop(queue);
-            tasks.into_iter().for_each(Task::abandon);
+            as_worker_of(self.id(), || tasks.into_iter().for_each(Task::abandon));
             return;
         }
         queue.tasks.extend(tasks);
@@ -148,7 +162,7 @@ impl Drop for Workers {
             queue.tasks.drain(..).collect()
         };
         self.shared.available.notify_all();
-        abandoned.into_iter().for_each(Task::abandon);
+        as_worker_of(self.id(), || abandoned.into_iter().for_each(Task::abandon));
         let me = std::thread::current().id();
         for handle in self.threads.drain(..) {
             // A completion callback may free the translator on a worker, which cannot join

@@ -180,7 +180,6 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The first of `$var`, `default` and `../shared/default` that holds `file`: that file.
 /// Copies the files of directory `from` into `to` (created, or refreshed), writable: the
 /// shared models are read-only, and so would be their copies.
 pub fn copy_files_writable(from: &Path, to: &Path) {
@@ -204,6 +203,7 @@ pub fn rewrite_in_place(path: &Path) {
     file.write_all(&vec![0x5a; (length / 3) as usize]).unwrap();
 }
 
+/// The first of `$var`, `default` and `../shared/default` that holds `file`: that file.
 pub fn find(var: &str, default: &str, file: &str) -> Option<PathBuf> {
     let dirs = [std::env::var(var).ok().map(PathBuf::from), Some(PathBuf::from(default)), Some(PathBuf::from("../shared").join(default))];
     dirs.into_iter().flatten().map(|d| d.join(file)).find(|p| p.exists())

@@ -114,8 +114,10 @@ impl Backend for CpuBackend {
     fn vector(&self, data: Arc<Tensor>) -> Result<Arc<Tensor>> {
         // Owned, never borrowed from the mapped file: a loaded model then reads nothing of
         // it, and the mapping ends with the load, so a model.bin truncated or rewritten in
-        // place under a loaded model cannot fault (SIGBUS) its next translation. The one
-        // large vector, a sinusoid table, is generated instead (GENERATES_POSITION_TABLES).
+        // place under a loaded model cannot fault (SIGBUS) its next translation. Of the
+        // large vectors, a sinusoid table is generated instead (GENERATES_POSITION_TABLES);
+        // an embedding table not tied to the projection, at float32, is held whole (before,
+        // only the pages of the rows looked up were resident), as CTranslate2 holds it.
         if data.is_mapped() {
             return Ok(Arc::new(Tensor::from_vec(data.to_vec(), data.shape().to_vec())));
         }
