@@ -804,6 +804,38 @@ static void test_devices(void) {
     tolk_model_free(cpu);
 }
 
+/* Calls from a thread's exit (a pthread key destructor, after the library's own per-thread
+ * storage may be gone) still return a status and a message pointer; none aborts. */
+static pthread_key_t exit_key;
+static TolkStatus status_at_exit = TOLK_OK;
+static int error_at_exit_readable = 0;
+
+static void call_at_exit(void *unused) {
+    (void)unused;
+    TolkModel *m = NULL;
+    status_at_exit = tolk_model_load(NULL, &m);
+    const char *message = tolk_last_error();
+    error_at_exit_readable = message != NULL && strlen(message) < 4096;
+}
+
+static void *fail_then_exit(void *unused) {
+    (void)unused;
+    TolkModel *m = NULL;
+    tolk_model_load(NULL, &m); /* this thread's last error now exists */
+    pthread_setspecific(exit_key, &exit_key);
+    return NULL;
+}
+
+static void test_calls_at_thread_exit(void) {
+    CHECK(pthread_key_create(&exit_key, call_at_exit) == 0);
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, fail_then_exit, NULL) == 0);
+    CHECK(pthread_join(thread, NULL) == 0);
+    CHECK(status_at_exit == TOLK_ERROR_NULL_POINTER);
+    CHECK(error_at_exit_readable);
+    pthread_key_delete(exit_key);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: api_test MODEL_DIR\n");
@@ -829,5 +861,6 @@ int main(int argc, char **argv) {
     test_model_options();
     test_threads(1);
     test_threads(3);
+    test_calls_at_thread_exit();
     return finish("api_test");
 }

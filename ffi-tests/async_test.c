@@ -156,8 +156,21 @@ static void test_polling_and_cancel(const TolkModel *model) {
     tolk_job_cancel(job);
     CHECK_STATUS(tolk_job_wait(job), TOLK_ERROR_CANCELLED);
     CHECK_STATUS(tolk_job_result(job, &r), TOLK_ERROR_CANCELLED);
+    /* Taking the result leaves the error: the job still says how it ended. */
+    CHECK_STATUS(tolk_job_wait(job), TOLK_ERROR_CANCELLED);
+    CHECK_STATUS(tolk_job_result(job, &r), TOLK_ERROR_CANCELLED);
     tolk_job_free(job);
     CHECK(atomic_load(&c.calls) == 1 && atomic_load(&c.last_status) == TOLK_ERROR_CANCELLED);
+
+    /* A job that fails on its worker (an end token the vocabulary lacks), its result asked
+       for before any wait: the error comes back from both, in either order. */
+    TolkTranslateOptions failing = options(1, 4);
+    failing.end_token = "no-such-token";
+    CHECK_STATUS(tolk_translate_batch_async(translator, SOURCE, LENGTHS, SENTENCES, NULL, NULL, &failing, NULL, NULL, &job), TOLK_OK);
+    CHECK_STATUS(tolk_job_result(job, &r), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK(r == NULL);
+    CHECK_STATUS(tolk_job_wait(job), TOLK_ERROR_INVALID_ARGUMENT);
+    tolk_job_free(job);
 
     /* Freeing a running job cancels it; its callback has run once when free returns. */
     atomic_store(&c.calls, 0);

@@ -675,6 +675,12 @@ static void test_bad_arguments(const TolkTranslator *t) {
     TolkTextResult *r = NULL;
     CHECK_STATUS(tolk_translate_text_batch(t, &accent, &half, 1, NULL, NULL, &r), TOLK_ERROR_INVALID_ARGUMENT);
     CHECK(r == NULL);
+    /* A length no buffer has (SIZE_MAX, which some APIs take for "NUL-terminated") is
+       refused before a byte is read. */
+    size_t impossible = SIZE_MAX;
+    CHECK_STATUS(tolk_translate_text_batch(t, &accent, &impossible, 1, NULL, NULL, &r), TOLK_ERROR_INVALID_ARGUMENT);
+    CHECK_MSG(strstr(tolk_last_error(), "impossible length") != NULL, "%s", tolk_last_error());
+    CHECK(r == NULL);
 
     /* One translation per text: num_hypotheses must be 1. */
     TolkTranslateOptions o = tolk_translate_options_default();

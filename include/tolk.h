@@ -753,7 +753,8 @@ size_t tolk_result_num_hypotheses(const struct TolkResult *result, size_t exampl
  * (if not NULL) its score, or NaN when scores were not requested.
  *
  * # Safety
- * `result` must be a live result; the out pointers NULL or writable.
+ * `result` must be a live result; `out_tokens` and `out_length` writable (NULL is
+ * TOLK_ERROR_NULL_POINTER), `out_score` NULL or writable.
  */
 enum TolkStatus tolk_result_hypothesis(const struct TolkResult *result,
                                        size_t example,
@@ -770,7 +771,8 @@ enum TolkStatus tolk_result_hypothesis(const struct TolkResult *result,
  * tolk_result_free). Without attention the rows and columns are 0 and `*out_values` NULL.
  *
  * # Safety
- * `result` must be a live result; the out pointers NULL or writable.
+ * `result` must be a live result; the three out pointers writable (NULL is
+ * TOLK_ERROR_NULL_POINTER).
  */
 enum TolkStatus tolk_result_attention(const struct TolkResult *result,
                                       size_t example,

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
 
-use super::{guard, load_options, new_model, non_null, TolkModel, TolkModelOptions, TolkStatus};
+use super::{guard, load_options, new_model, non_null, reserve_for, TolkModel, TolkModelOptions, TolkStatus};
 use crate::error::Error;
 use crate::Model;
 
@@ -62,7 +62,7 @@ pub unsafe extern "C" fn tolk_model_load_from_memory(
         if count > isize::MAX as usize / std::mem::size_of::<TolkModelFile>() {
             return Err(Error::invalid_argument(format!("count {count} is too large")).into());
         }
-        let mut named = Vec::with_capacity(count);
+        let mut named = Vec::with_capacity(reserve_for(count));
         for (i, file) in std::slice::from_raw_parts(files, count).iter().enumerate() {
             if file.name.is_null() {
                 return Err(Error::invalid_argument(format!("files[{i}].name is NULL")).into());

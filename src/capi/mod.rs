@@ -253,7 +253,8 @@ thread_local! {
 
 fn set_last_error(message: &str) {
     let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    // Gone while the thread exits (a C destructor calling in): the message is dropped.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
 }
 
 fn status_of(kind: ErrorKind) -> TolkStatus {
@@ -429,7 +430,9 @@ pub extern "C" fn tolk_cpu_isa() -> *const c_char {
 /// valid until the next failing tolk_ call on the same thread.
 #[no_mangle]
 pub extern "C" fn tolk_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|e| e.borrow().as_ptr())
+        .unwrap_or(c"the thread's last error is gone: the thread is exiting".as_ptr())
 }
 
 /// A static description of a status code (a TolkStatus value; any other integer gets
@@ -825,6 +828,12 @@ unsafe fn read_translate_options(
     Ok((options, progress, tokens))
 }
 
+/// Entries to reserve for a caller's `count` of them: a count the caller cannot back
+/// (a wrong or huge value) then fails on reading its entries, not in the allocator.
+fn reserve_for(count: usize) -> usize {
+    count.min(1 << 16)
+}
+
 /// Reads `count` token arrays from C.
 unsafe fn read_token_batch(
     tokens: *const *const *const c_char,
@@ -838,14 +847,14 @@ unsafe fn read_token_batch(
     }
     non_null(tokens, what)?;
     non_null(lengths, lengths_name)?;
-    let mut batch = Vec::with_capacity(count.min(1 << 16));
+    let mut batch = Vec::with_capacity(reserve_for(count));
     for i in 0..count {
         let n = *lengths.add(i);
         let sentence = *tokens.add(i);
         if n > 0 && sentence.is_null() {
             return Err(Error::invalid_argument(format!("{what}[{i}] is NULL but its length is {n}")).into());
         }
-        let mut out = Vec::with_capacity(n.min(1 << 16));
+        let mut out = Vec::with_capacity(reserve_for(n));
         for j in 0..n {
             let t = *sentence.add(j);
             if t.is_null() {
@@ -981,7 +990,8 @@ pub unsafe extern "C" fn tolk_result_num_hypotheses(result: *const TolkResult, e
 /// (if not NULL) its score, or NaN when scores were not requested.
 ///
 /// # Safety
-/// `result` must be a live result; the out pointers NULL or writable.
+/// `result` must be a live result; `out_tokens` and `out_length` writable (NULL is
+/// TOLK_ERROR_NULL_POINTER), `out_score` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn tolk_result_hypothesis(
     result: *const TolkResult,
@@ -1012,7 +1022,8 @@ pub unsafe extern "C" fn tolk_result_hypothesis(
 /// tolk_result_free). Without attention the rows and columns are 0 and `*out_values` NULL.
 ///
 /// # Safety
-/// `result` must be a live result; the out pointers NULL or writable.
+/// `result` must be a live result; the three out pointers writable (NULL is
+/// TOLK_ERROR_NULL_POINTER).
 #[no_mangle]
 pub unsafe extern "C" fn tolk_result_attention(
     result: *const TolkResult,

@@ -4,7 +4,7 @@ use std::ffi::{c_char, CStr};
 use std::ptr;
 
 use super::{
-    guard, non_null, read_translate_options, read_versioned, write_versioned, Failure, TolkStatus, TolkTranslateOptions,
+    guard, non_null, read_translate_options, reserve_for, read_versioned, write_versioned, Failure, TolkStatus, TolkTranslateOptions,
     TolkTranslator,
 };
 use crate::error::Error;
@@ -106,7 +106,7 @@ pub(super) unsafe fn read_text_options(options: *const TolkTextOptions) -> Resul
 
 /// Reads the `count` texts of a batch (`texts` may be NULL when `count` is 0).
 pub(super) unsafe fn read_texts<'a>(texts: *const *const c_char, lengths: *const usize, count: usize) -> Result<Vec<&'a str>, Failure> {
-    let mut batch = Vec::with_capacity(count.min(1 << 16));
+    let mut batch = Vec::with_capacity(reserve_for(count));
     if count > 0 {
         non_null(texts, "texts")?;
         for i in 0..count {
@@ -131,6 +131,11 @@ unsafe fn read_text<'a>(texts: *const *const c_char, lengths: *const usize, i: u
         }
         if p.is_null() {
             return Err(Error::invalid_argument(format!("texts[{i}] is NULL but its length is {n}")).into());
+        }
+        // from_raw_parts needs the text to fit in isize::MAX bytes (SIZE_MAX is no
+        // "NUL-terminated" marker here: that is lengths = NULL).
+        if n > isize::MAX as usize {
+            return Err(Error::invalid_argument(format!("texts[{i}] has an impossible length {n}")).into());
         }
         std::slice::from_raw_parts(p as *const u8, n)
     };

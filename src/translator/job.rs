@@ -635,7 +635,8 @@ impl<T: Send + 'static> Job<T> {
         result
     }
 
-    /// Blocks until the job ends and returns its output (an error once it was taken).
+    /// Blocks until the job ends and returns its output (an error once it was taken), or
+    /// its error (each time it is asked).
     pub fn wait(&self) -> Result<T> {
         self.wait_with_progress(&mut |_, _| true)
     }
@@ -667,17 +668,18 @@ impl<T: Send + 'static> Job<T> {
             }
             state = self.request.changed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        let outcome = state.outcome.take();
-        drop(state);
-        match outcome {
-            Some(Err(e)) if refused && e.kind == crate::ErrorKind::Cancelled => Err(Error::cancelled(format!(
-                "cancelled by the progress callback after {reported} of {total} sentences"
-            ))),
-            Some(outcome) if refused && outcome.is_ok() => {
-                Err(Error::cancelled(format!("cancelled by the progress callback after {reported} of {total} sentences")))
-            }
+        let cancelled = || Error::cancelled(format!("cancelled by the progress callback after {reported} of {total} sentences"));
+        let outcome = match state.outcome.take() {
+            Some(Err(e)) if refused && e.kind == crate::ErrorKind::Cancelled => Err(cancelled()),
+            Some(Ok(_)) if refused => Err(cancelled()),
             Some(outcome) => outcome,
-            None => Err(Error::invalid_argument("the job's output was already taken")),
+            None => return Err(Error::invalid_argument("the job's output was already taken")),
+        };
+        // Only an output is taken: an error stays, so that `finished` (tolk_job_wait) and a
+        // later wait still say how the job ended.
+        if let Err(e) = &outcome {
+            state.outcome = Some(Err(e.clone()));
         }
+        outcome
     }
 }

@@ -234,8 +234,11 @@ pub type TokenCallback = Arc<dyn Fn(&TokenEvent) -> bool + Send + Sync>;
 /// sharing the model's weights, each with its own decoding state and `intra_threads`.
 /// Every call, from any thread, queues its batches for the workers.
 pub struct Translator {
-    model: Arc<dyn TranslationModel>,
+    /// Declared (so dropped) before `model`: dropping the workers ends the abandoned jobs,
+    /// whose completion callbacks may still submit to this translator (refused, the queue
+    /// being closed), which reads the model.
     workers: Workers,
+    model: Arc<dyn TranslationModel>,
     /// The `kv_cache_type` of `default_options`.
     kv_cache_type: KvCacheType,
 }
