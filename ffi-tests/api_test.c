@@ -258,6 +258,16 @@ static void test_translate(TolkModel *model) {
     CHECK_STATUS(tolk_result_hypothesis(result, 0, 2, &tokens, &n, NULL), TOLK_ERROR_OUT_OF_RANGE);
     tolk_result_free(result);
 
+    /* A bool holding another byte than 0 or 1 (memset, a cast) reads as C reads it: true. */
+    TolkTranslateOptions odd = tolk_translate_options_default();
+    odd.max_decoding_length = 12;
+    memset(&odd.return_scores, 2, sizeof odd.return_scores);
+    CHECK_STATUS(tolk_translate_batch(translator, BATCH, LENGTHS, BATCH_SIZE, NULL, NULL, &odd, &result), TOLK_OK);
+    score = NAN;
+    CHECK_STATUS(tolk_result_hypothesis(result, 0, 0, &tokens, &n, &score), TOLK_OK);
+    CHECK(!isnan(score) && score <= 0);
+    tolk_result_free(result);
+
     /* Keys/values kept compactly: the same shape of results, scores close to float32's. */
     const char *kv_types[] = {"bfloat16", "int8"};
     for (size_t k = 0; k < 2; k++) {

@@ -332,20 +332,30 @@ unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, E
         .map_err(|_| Error::invalid_argument(format!("{what} is not valid UTF-8")))
 }
 
-/// An options struct versioned by its leading `struct_size`: the fields (offset, size)
-/// a caller's smaller, older struct may end between.
+/// An options struct versioned by its leading `struct_size`: its fields, which a caller's
+/// smaller, older struct may end between. A field added later must start at or past the
+/// older struct's size: its tail padding holds whatever the caller's memory held.
 trait Versioned: Copy {
-    fn fields() -> Vec<(usize, usize)>;
+    fn fields() -> Vec<Field>;
+}
+
+/// One field of a [`Versioned`] struct.
+struct Field {
+    offset: usize,
+    size: usize,
+    /// A `bool`: read as C reads one (a byte other than 0 is true).
+    is_bool: bool,
 }
 
 macro_rules! versioned {
     ($t:ty { $($field:ident),* }) => {
         impl $crate::capi::Versioned for $t {
-            fn fields() -> Vec<(usize, usize)> {
-                fn size<T, F>(_: fn(&T) -> &F) -> usize {
-                    std::mem::size_of::<F>()
+            fn fields() -> Vec<$crate::capi::Field> {
+                fn field<T, F: 'static>(offset: usize, _: fn(&T) -> &F) -> $crate::capi::Field {
+                    let is_bool = std::any::TypeId::of::<F>() == std::any::TypeId::of::<bool>();
+                    $crate::capi::Field { offset, size: std::mem::size_of::<F>(), is_bool }
                 }
-                vec![$((std::mem::offset_of!($t, $field), size(|s: &$t| &s.$field))),*]
+                vec![$(field(std::mem::offset_of!($t, $field), |s: &$t| &s.$field)),*]
             }
         }
     };
@@ -369,7 +379,7 @@ versioned!(TolkTranslateOptions {
 fn check_struct_size<T: Versioned>(struct_size: u32, written_by_library: bool) -> Result<usize, Error> {
     let size = struct_size as usize;
     let full = std::mem::size_of::<T>();
-    let splits_a_field = T::fields().iter().any(|&(offset, len)| offset < size && size < offset + len);
+    let splits_a_field = T::fields().iter().any(|f| f.offset < size && size < f.offset + f.size);
     if size < std::mem::size_of::<u32>() || (size > full && !written_by_library) || splits_a_field {
         return Err(Error::invalid_argument(format!(
             "struct_size is {size}, expected {full}: initialize the struct with its *_default() function"
@@ -382,9 +392,16 @@ fn check_struct_size<T: Versioned>(struct_size: u32, written_by_library: bool) -
 /// programs built against an older (smaller) header keep working.
 unsafe fn read_versioned<T: Versioned>(p: *const T, defaults: T, struct_size: u32) -> Result<T, Error> {
     let size = check_struct_size::<T>(struct_size, false)?;
-    let mut out = defaults;
-    ptr::copy_nonoverlapping(p as *const u8, &mut out as *mut T as *mut u8, size);
-    Ok(out)
+    let mut out = std::mem::MaybeUninit::new(defaults);
+    let bytes = out.as_mut_ptr() as *mut u8;
+    ptr::copy_nonoverlapping(p as *const u8, bytes, size);
+    // A C bool holding another byte than 0 or 1 (memset, a cast) is no Rust bool: made one
+    // before the struct is read as a T.
+    for field in T::fields().iter().filter(|f| f.is_bool && f.offset < size) {
+        let b = bytes.add(field.offset);
+        *b = (*b != 0) as u8;
+    }
+    Ok(out.assume_init())
 }
 
 /// Writes `value` into a caller's struct as far as its `struct_size` (read from the
