@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -149,6 +150,27 @@ static void test_load_errors(void) {
     remove_file(dir, "config.json");
     remove_file(dir, "shared_vocabulary.json");
     rmdir(dir);
+
+    /* A directory whose name is not UTF-8 (legal on Linux) loads, its tokenizer named by
+       such a path too. */
+    char odd[64];
+    snprintf(odd, sizeof odd, "/tmp/tolk-api-test-\xff\xfe-%d", (int)getpid());
+    CHECK(mkdir(odd, 0700) == 0);
+    copy_file(odd, "config.json", -1);
+    copy_file(odd, "shared_vocabulary.json", -1);
+    copy_file(odd, "model.bin", -1);
+    copy_file(odd, "sentencepiece.model", -1);
+    char spm[128];
+    snprintf(spm, sizeof spm, "%s/sentencepiece.model", odd);
+    TolkModelOptions mo = tolk_model_options_default();
+    mo.source_tokenizer = spm;
+    CHECK_STATUS(tolk_model_load_with_options(odd, &mo, &model), TOLK_OK);
+    tolk_model_free(model);
+    remove_file(odd, "model.bin");
+    remove_file(odd, "config.json");
+    remove_file(odd, "shared_vocabulary.json");
+    remove_file(odd, "sentencepiece.model");
+    rmdir(odd);
 }
 
 /* Clearly invalid options are errors with a message, never crashes. */

@@ -592,6 +592,7 @@ const char *tolk_status_string(int status);
 /**
  * Loads a CTranslate2 model directory with its weights as saved (compute type
  * "default"). On success `*out_model` receives a model to release with tolk_model_free.
+ * Paths are bytes as the file system takes them (on Unix a name need not be UTF-8).
  *
  * # Safety
  * `path` must be NULL or a NUL-terminated string; `out_model` NULL or writable.

@@ -1,5 +1,5 @@
 //! Streaming translation of files and standard streams in the C ABI: tolk_translate_file.
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 use std::path::PathBuf;
 
 use super::text::{read_text_options, TolkTextOptions};
@@ -91,19 +91,10 @@ pub unsafe extern "C" fn tolk_translate_file(
     })
 }
 
-/// A C path (any bytes but NUL on Unix); NULL = "-".
+/// A C path, NULL = "-".
 unsafe fn path(p: *const c_char) -> PathBuf {
     if p.is_null() {
         return PathBuf::from("-");
     }
-    let bytes = CStr::from_ptr(p).to_bytes();
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
-    }
-    #[cfg(not(unix))]
-    {
-        PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
-    }
+    super::c_path(p)
 }

@@ -332,6 +332,24 @@ unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, E
         .map_err(|_| Error::invalid_argument(format!("{what} is not valid UTF-8")))
 }
 
+/// A C path: on Unix any bytes but NUL, as the file system takes them (a name need not be
+/// UTF-8).
+///
+/// # Safety
+/// `p` must be a NUL-terminated string.
+unsafe fn c_path(p: *const c_char) -> std::path::PathBuf {
+    let bytes = CStr::from_ptr(p).to_bytes();
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+    }
+    #[cfg(not(unix))]
+    {
+        std::path::PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
 /// An options struct versioned by its leading `struct_size`: its fields, which a caller's
 /// smaller, older struct may end between. A field added later must start at or past the
 /// older struct's size: its tail padding holds whatever the caller's memory held.
@@ -472,6 +490,7 @@ pub extern "C" fn tolk_status_string(status: c_int) -> *const c_char {
 
 /// Loads a CTranslate2 model directory with its weights as saved (compute type
 /// "default"). On success `*out_model` receives a model to release with tolk_model_free.
+/// Paths are bytes as the file system takes them (on Unix a name need not be UTF-8).
 ///
 /// # Safety
 /// `path` must be NULL or a NUL-terminated string; `out_model` NULL or writable.
@@ -515,8 +534,7 @@ unsafe fn load_model(function: &str, path: *const c_char, options: *const TolkMo
     guard(function, || {
         let out = non_null(out_model as *const *mut TolkModel, "out_model")? as *mut *mut TolkModel;
         *out = ptr::null_mut();
-        non_null(path, "path")?;
-        let path = opt_str(path, "path")?.unwrap_or_default();
+        let path = c_path(non_null(path, "path")?);
         *out = new_model(Model::load_with_options(path, &load_options(options)?)?);
         Ok(())
     })
@@ -529,11 +547,11 @@ unsafe fn load_model(function: &str, path: *const c_char, options: *const TolkMo
 unsafe fn load_options(options: *const TolkModelOptions) -> Result<LoadOptions, Error> {
     let defaults = tolk_model_options_default();
     let opts = if options.is_null() { defaults } else { read_versioned(options, defaults, (*options).struct_size)? };
-    let path_of = |p, what| opt_str(p, what).map(|s| s.map(std::path::PathBuf::from));
+    let path_of = |p: *const c_char| (!p.is_null()).then(|| c_path(p));
     Ok(LoadOptions {
         compute_type: ComputeType::parse(opt_str(opts.compute_type, "compute_type")?.unwrap_or("default"))?,
-        source_tokenizer: path_of(opts.source_tokenizer, "source_tokenizer")?,
-        target_tokenizer: path_of(opts.target_tokenizer, "target_tokenizer")?,
+        source_tokenizer: path_of(opts.source_tokenizer),
+        target_tokenizer: path_of(opts.target_tokenizer),
         device: DeviceRequest::parse(opt_str(opts.device, "device")?.unwrap_or("auto"))?,
         device_index: opts.device_index as usize,
     })
