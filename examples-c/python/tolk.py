@@ -827,7 +827,7 @@ class Model:
             status = self._lib.tolk_model_load_from_memory(array, len(array), ctypes.byref(opts), ctypes.byref(out))
             del keep  # the library copied what it keeps
         else:
-            status = self._lib.tolk_model_load_with_options(self.path.encode("utf-8"), ctypes.byref(opts), ctypes.byref(out))
+            status = self._lib.tolk_model_load_with_options(_path_bytes(self.path), ctypes.byref(opts), ctypes.byref(out))
         _check(self._lib, status)
         if not out:
             raise TolkError(Status.ERROR_INTERNAL, "tolk_model_load returned TOLK_OK but no model")
@@ -1057,7 +1057,7 @@ class Translator:
         it yourself."""
         self._lib = _get_lib()
         self._ptr = None
-        if isinstance(model, (str, os.PathLike)):
+        if isinstance(model, (str, bytes, os.PathLike)):
             model = Model(
                 model,
                 compute_type=compute_type,

@@ -125,6 +125,17 @@ def test_non_utf8_path(tolk, tmp_path):
     assert not out
 
 
+def test_model_in_a_non_utf8_directory_loads(tolk, sinusoid, tmp_path):
+    # Linux names are bytes: a directory named by undecodable bytes loads, given as the str
+    # Python makes of it (surrogate escapes) or as bytes, and translates as the original.
+    odd = os.path.join(os.fsencode(tmp_path), b"model-\xff\xfe")
+    shutil.copytree(os.fsencode(sinusoid.path), odd)
+    source = [sinusoid.source_vocab[4:9]]
+    expected = tolk.Translator(sinusoid.path).translate_batch(source)[0].hypotheses
+    for path in (os.fsdecode(odd), odd):
+        assert tolk.Translator(path).translate_batch(source)[0].hypotheses == expected
+
+
 # ----------------------------------------------------------------- raw C calls
 
 
