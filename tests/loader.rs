@@ -155,6 +155,75 @@ fn vocabulary_size_mismatch_is_reported() {
     assert!(err.message.contains("vocabulary"), "{}", err.message);
 }
 
+/// Writes the tiny model of `widths` after `edit(vars)` and loads it at float32 and int8.
+fn load_edited(name: &str, widths: [usize; 2], edit: impl Fn(&mut Vec<(String, Value)>)) -> Vec<tolk::Result<Model>> {
+    let (mut vars, aliases) = tiny_model_vars_of_widths(6, VOCAB, widths);
+    edit(&mut vars);
+    let dir = write_model_dir(&temp_dir(name), &write_model_bin(&mut vars, &aliases), &tiny_vocabulary(VOCAB));
+    [tolk::ComputeType::Float32, tolk::ComputeType::Int8].into_iter().map(|c| Model::load_with(&dir, c)).collect()
+}
+
+fn expect_invalid(results: Vec<tolk::Result<Model>>, kind: ErrorKind, needle: &str) {
+    for result in results {
+        let e = result.err().expect("the model loads");
+        assert_eq!(e.kind, kind, "{e}");
+        assert!(e.message.contains(needle), "{e}");
+    }
+}
+
+fn replace(vars: &mut Vec<(String, Value)>, name: &str, value: Value) {
+    vars.retain(|(n, _)| n != name);
+    vars.push((name.to_string(), value));
+}
+
+/// Files whose every tensor is well formed but which disagree with each other (what byte
+/// mutations rarely reach) are refused at load; each had loaded and then panicked or
+/// translated garbage.
+#[test]
+fn inconsistent_shapes_are_refused_at_load() {
+    // The sizes themselves load and translate.
+    for result in load_edited("widths-ok", [8, 8], |_| {}) {
+        let model = result.unwrap();
+        let translator = Translator::with_config(&model, &TranslatorConfig::default()).unwrap();
+        let opts = TranslateOptions { max_decoding_length: 5, ..Default::default() };
+        assert_eq!(translator.translate_batch(&[vec!["w3".to_string()]], None, &opts).unwrap().len(), 1);
+    }
+    // An encoder narrower or wider than the decoder whose attention reads it.
+    for widths in [[4, 8], [16, 8]] {
+        expect_invalid(load_edited("widths", widths, |_| {}), ErrorKind::InvalidModel, "the encoder's width");
+    }
+    // A feed-forward block of width 0.
+    expect_invalid(
+        load_edited("ffn0", [8, 8], |vars| {
+            replace(vars, "decoder/layer_0/ffn/linear_0/weight", Value::F32(vec![0, 8], vec![]));
+            replace(vars, "decoder/layer_0/ffn/linear_0/bias", Value::F32(vec![0], vec![]));
+            replace(vars, "decoder/layer_0/ffn/linear_1/weight", Value::F32(vec![8, 0], vec![]));
+        }),
+        ErrorKind::InvalidModel,
+        "empty dimension",
+    );
+    // Average attention whose last layer is narrower than the model, with no projection.
+    let average = |hidden: usize, activation: f32| {
+        move |vars: &mut Vec<(String, Value)>| {
+            vars.retain(|(n, _)| !n.starts_with("decoder/layer_0/self_attention/"));
+            let s = "decoder/layer_0/average_attention";
+            vars.push((format!("{s}/layer_norm/gamma"), Value::F32(vec![8], vec![1.0; 8])));
+            vars.push((format!("{s}/layer_norm/beta"), Value::F32(vec![8], vec![0.0; 8])));
+            vars.push((format!("{s}/linear_0/weight"), Value::F32(vec![hidden, 8], vec![0.1; hidden * 8])));
+            vars.push((format!("{s}/activation"), Value::F32(vec![], vec![activation])));
+        }
+    };
+    expect_invalid(load_edited("aan-width", [8, 8], average(4, 0.0)), ErrorKind::InvalidModel, "no projection maps it back");
+    // ... and with a fractional activation id, which names none (1.5 had read as gelu).
+    expect_invalid(load_edited("aan-activation", [8, 8], average(8, 1.5)), ErrorKind::Unsupported, "activation #1.5");
+    // A fractional count of alignment heads.
+    expect_invalid(
+        load_edited("alignment-heads", [8, 8], |vars| vars.push(("decoder/alignment_heads".into(), Value::F32(vec![], vec![1.5])))),
+        ErrorKind::InvalidModel,
+        "alignment_heads",
+    );
+}
+
 #[test]
 fn truncation_at_every_offset_is_a_clean_error() {
     for bytes in [tiny_model_bin(5, VOCAB), tiny_int8_model_bin(5, VOCAB)] {

@@ -64,12 +64,14 @@ impl<B: Backend> AverageAttention<B> {
         }
         let projection = if w.contains(&format!("{scope}/projection/weight")) {
             Some(Linear::load(w, &format!("{scope}/projection"), d, input)?)
+        } else if input != d {
+            return Err(crate::error::Error::invalid_model(format!(
+                "{scope}: the last layer's width {input} is not the model's {d}, and no projection maps it back"
+            )));
         } else {
             None
         };
-        let activation = w.scalar(&format!("{scope}/activation"))?.unwrap_or(2.0) as i64;
-        let activation = Activation::from_ct2_id(activation)
-            .ok_or_else(|| crate::error::Error::unsupported(format!("{scope}: activation #{activation} is not supported")))?;
+        let activation = super::transformer::read_activation_or(w, scope, 2.0)?;
         let gate = if w.contains(&format!("{scope}/gate_input/weight")) {
             Some((Linear::load(w, &format!("{scope}/gate_input"), d, d)?, Linear::load(w, &format!("{scope}/gate_forget"), d, d)?))
         } else {

@@ -296,6 +296,11 @@ pub struct Linear<B: Backend> {
 
 impl<B: Backend> Linear<B> {
     pub fn load(w: &WeightReader<B>, scope: &str, out_dim: usize, in_dim: usize) -> Result<Self> {
+        // No layer of a model maps to or from nothing (a zero width read from a weight's
+        // shape would pass its shape check and fail in the products).
+        if out_dim == 0 || in_dim == 0 {
+            return Err(Error::invalid_model(format!("{}: {scope}/weight has an empty dimension ({out_dim} x {in_dim})", w.file_name())));
+        }
         let weight = w.packed(&format!("{scope}/weight"), out_dim, in_dim)?;
         let bias = match w.opt_tensor(&format!("{scope}/bias"))? {
             Some(b) => {

@@ -229,6 +229,15 @@ impl<B: Backend> TransformerModel<B> {
         let w = WeightReader::new(source, backend, compute_type);
         let encoder = Encoder::load(&w, layer_norm_epsilon)?;
         let decoder = Decoder::load(&w, layer_norm_epsilon)?;
+        // Each decoder layer's attention projects the encoder's outputs with weights of the
+        // decoder's width.
+        if encoder.model_dim() != decoder.model_dim() {
+            return Err(Error::invalid_model(format!(
+                "the encoder's width {} differs from the decoder's {}, whose attention reads the encoder's outputs",
+                encoder.model_dim(),
+                decoder.model_dim()
+            )));
+        }
         w.ensure_all_used()?;
         let weight_bytes = w.matrix_bytes();
         drop(w);

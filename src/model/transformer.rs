@@ -70,7 +70,12 @@ struct Alignment {
 }
 
 fn read_activation<B: Backend>(w: &WeightReader<B>, scope: &str) -> Result<Activation> {
-    let stored = w.scalar(&format!("{scope}/activation"))?.unwrap_or(0.0);
+    read_activation_or(w, scope, 0.0)
+}
+
+/// [`read_activation`] with another default id (`default` when the model stores none).
+pub(super) fn read_activation_or<B: Backend>(w: &WeightReader<B>, scope: &str, default: f64) -> Result<Activation> {
+    let stored = w.scalar(&format!("{scope}/activation"))?.unwrap_or(default);
     // A fractional id names no activation (`as i64` made 1.5 the gelu of 1).
     Some(stored as i64)
         .filter(|_| stored.fract() == 0.0)
@@ -133,6 +138,11 @@ impl<B: Backend> Encoder<B> {
 
     pub fn vocabulary_size(&self) -> usize {
         self.embeddings.rows()
+    }
+
+    /// The width of its outputs, which the decoder's attention reads.
+    pub fn model_dim(&self) -> usize {
+        self.embeddings.dim()
     }
 
     pub fn max_positions(&self) -> Option<usize> {
@@ -294,7 +304,7 @@ impl<B: Backend> Decoder<B> {
         let layer = if layer < 0.0 { layer + n as f64 } else { layer };
         let heads = w.scalar("decoder/alignment_heads")?.unwrap_or(1.0);
         let num_heads = opts.attention.num_heads;
-        if !(layer >= 0.0 && layer < n as f64 && heads >= 0.0 && heads <= num_heads as f64) {
+        if !(layer >= 0.0 && layer < n as f64 && heads >= 0.0 && heads <= num_heads as f64 && heads.fract() == 0.0) {
             return Err(Error::invalid_model(format!(
                 "model.bin: decoder/alignment_layer and alignment_heads ({layer}, {heads}) are out of range for {n} layers of {num_heads} heads"
             )));
@@ -317,6 +327,10 @@ impl<B: Backend> Decoder<B> {
 
     pub fn vocabulary_size(&self) -> usize {
         self.projection.out_dim()
+    }
+
+    pub fn model_dim(&self) -> usize {
+        self.embeddings.dim()
     }
 
     pub fn embeddings_size(&self) -> usize {

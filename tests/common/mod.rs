@@ -106,11 +106,16 @@ pub fn tiny_int8_model_bin_edited(seed: u64, vocab: usize, edit: &dyn Fn(&str, &
     write_model_bin(&mut out, &aliases)
 }
 
-type Aliases = [(&'static str, &'static str); 2];
+type Aliases = Vec<(&'static str, &'static str)>;
 
 fn tiny_model_vars(seed: u64, vocab: usize) -> (Vec<(String, Value)>, Aliases) {
+    tiny_model_vars_of_widths(seed, vocab, [8, 8])
+}
+
+/// The variables of [`tiny_model_bin`] with the encoder and the decoder `widths` wide (the
+/// encoder then has embeddings of its own where they differ).
+pub fn tiny_model_vars_of_widths(seed: u64, vocab: usize, widths: [usize; 2]) -> (Vec<(String, Value)>, Aliases) {
     let mut rng = Rng::new(seed);
-    let d = 8;
     let ffn = 16;
     let mut vars: Vec<(String, Value)> = Vec::new();
     let mat = |rng: &mut Rng, name: String, shape: Vec<usize>, scale: f32| {
@@ -121,35 +126,39 @@ fn tiny_model_vars(seed: u64, vocab: usize) -> (Vec<(String, Value)>, Aliases) {
         vars.push(mat(rng, format!("{scope}/weight"), vec![out, inp], 0.5));
         vars.push(mat(rng, format!("{scope}/bias"), vec![out], 0.1));
     };
-    let norm = |vars: &mut Vec<(String, Value)>, scope: &str| {
+    let norm = |vars: &mut Vec<(String, Value)>, scope: &str, d: usize| {
         vars.push((format!("{scope}/gamma"), Value::F32(vec![d], vec![1.0; d])));
         vars.push((format!("{scope}/beta"), Value::F32(vec![d], vec![0.0; d])));
     };
-    for (stack, cross) in [("encoder", false), ("decoder", true)] {
+    for ((stack, cross), d) in [("encoder", false), ("decoder", true)].into_iter().zip(widths) {
         let l = format!("{stack}/layer_0");
         add_linear(&mut rng, &mut vars, &format!("{l}/self_attention/linear_0"), 3 * d, d);
         add_linear(&mut rng, &mut vars, &format!("{l}/self_attention/linear_1"), d, d);
-        norm(&mut vars, &format!("{l}/self_attention/layer_norm"));
+        norm(&mut vars, &format!("{l}/self_attention/layer_norm"), d);
         if cross {
             add_linear(&mut rng, &mut vars, &format!("{l}/attention/linear_0"), d, d);
             add_linear(&mut rng, &mut vars, &format!("{l}/attention/linear_1"), 2 * d, d);
             add_linear(&mut rng, &mut vars, &format!("{l}/attention/linear_2"), d, d);
-            norm(&mut vars, &format!("{l}/attention/layer_norm"));
+            norm(&mut vars, &format!("{l}/attention/layer_norm"), d);
         }
         add_linear(&mut rng, &mut vars, &format!("{l}/ffn/linear_0"), ffn, d);
         add_linear(&mut rng, &mut vars, &format!("{l}/ffn/linear_1"), d, ffn);
-        norm(&mut vars, &format!("{l}/ffn/layer_norm"));
+        norm(&mut vars, &format!("{l}/ffn/layer_norm"), d);
         vars.push((format!("{stack}/num_heads"), Value::I16(vec![], vec![2])));
         vars.push((format!("{stack}/pre_norm"), Value::I8(vec![], vec![0])));
         vars.push((format!("{stack}/activation"), Value::I8(vec![], vec![0])));
         vars.push((format!("{stack}/scale_embeddings"), Value::I8(vec![], vec![1])));
     }
-    vars.push(mat(&mut rng, "decoder/embeddings/weight".into(), vec![vocab, d], 1.0));
+    let [encoder_d, decoder_d] = widths;
+    vars.push(mat(&mut rng, "decoder/embeddings/weight".into(), vec![vocab, decoder_d], 1.0));
     vars.push(mat(&mut rng, "decoder/projection/bias".into(), vec![vocab], 0.1));
-    (
-        vars,
-        [("decoder/projection/weight", "decoder/embeddings/weight"), ("encoder/embeddings_0/weight", "decoder/embeddings/weight")],
-    )
+    let mut aliases = vec![("decoder/projection/weight", "decoder/embeddings/weight")];
+    if encoder_d == decoder_d {
+        aliases.push(("encoder/embeddings_0/weight", "decoder/embeddings/weight"));
+    } else {
+        vars.push(mat(&mut rng, "encoder/embeddings_0/weight".into(), vec![vocab, encoder_d], 1.0));
+    }
+    (vars, aliases)
 }
 
 pub fn tiny_vocabulary(vocab: usize) -> Vec<String> {
