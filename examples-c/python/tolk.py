@@ -554,6 +554,8 @@ class _PythonCallback:
             raise TypeError("%s, got %r" % (what, type(fn).__name__))
         self.fn = fn
         self.error = None
+        # Whether the callable itself asked to stop (returned a false value).
+        self.declined = False
         # The ctypes thunk: alive as long as this object, which the caller keeps through
         # the library call.
         self.c_callback = c_type(self._call)
@@ -564,10 +566,14 @@ class _PythonCallback:
             return False
         try:
             go_on = self.fn(*arguments())
-            return go_on is None or bool(go_on)
+            self.declined = not (go_on is None or bool(go_on))
+            return not self.declined
         except BaseException as e:  # noqa: B902 -- nothing may unwind into C
             self.error = e
             return False
+
+    def catch_escape(self, lib, status):
+        """After the call: nothing here (see :meth:`_Progress.catch_escape`)."""
 
     def reraise(self):
         """Raises the exception the callable raised, if any."""
@@ -588,6 +594,15 @@ class _Progress(_PythonCallback):
 
     def _call(self, user_data, done, total):
         return self._guard(lambda: (done, total))
+
+    def catch_escape(self, lib, status):
+        """A call the progress callback cancelled although the callable neither declined nor
+        raised: a signal's exception (Ctrl-C's KeyboardInterrupt) was raised on entering the
+        callback, before its guard, and ctypes swallowed it (printing "Exception ignored")
+        and returned 0. It is raised from the call as the KeyboardInterrupt it was."""
+        if (status == Status.ERROR_CANCELLED and self.error is None and not self.declined
+                and "progress callback" in _last_error(lib)):
+            self.error = KeyboardInterrupt()
 
 
 def _set_progress(opts, progress, keep) -> Optional[_Progress]:
@@ -1210,6 +1225,7 @@ class Translator:
         out = _ResultP()
         status = self._lib.tolk_translate_batch(self._ptr, *args, ctypes.byref(opts), ctypes.byref(out))
         for stream in streams:
+            stream.catch_escape(self._lib, status)
             if stream.error is not None:
                 self._lib.tolk_result_free(out)  # NULL after a cancel; no-op
                 stream.reraise()
@@ -1425,6 +1441,7 @@ class Translator:
         status = self._lib.tolk_translate_text_batch(
             self._ptr, *args, ctypes.byref(opts), ctypes.byref(text_opts), ctypes.byref(out))
         for stream in streams:
+            stream.catch_escape(self._lib, status)
             if stream.error is not None:
                 self._lib.tolk_text_result_free(out)  # NULL after a cancel; no-op
                 stream.reraise()
@@ -1692,6 +1709,7 @@ class Translator:
             ctypes.byref(stream),
         )
         if reporter is not None:
+            reporter.catch_escape(lib, status)
             reporter.reraise()
         _check(lib, status)
 

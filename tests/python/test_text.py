@@ -1072,6 +1072,29 @@ def test_progress_cancels(tolk, zh, verses):
                                                                            progress=lambda d, t: True)
 
 
+# ctypes reports the swallowed KeyboardInterrupt as unraisable: that is the case tested.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_ctrl_c_during_a_call_with_progress_is_a_keyboard_interrupt(tolk, zh, verses):
+    """A SIGINT while the call runs: Python raises its KeyboardInterrupt on entering the
+    progress callback (on this thread), before the binding's guard, and ctypes swallows it
+    and returns 0. The call must still end with the KeyboardInterrupt, not TolkCancelled."""
+    import signal
+
+    calls = []
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            zh.translate_text(verses[:200], beam_size=1, split="lines", max_batch_size=1,
+                              progress=lambda done, total: calls.append(done))
+    finally:
+        timer.cancel()
+    assert 0 < len(calls) < 200
+    # A callable that declines is still a cancellation.
+    with pytest.raises(tolk.TolkCancelled):
+        zh.translate_text(verses[:8], beam_size=1, split="lines", max_batch_size=4, progress=lambda d, t: False)
+
+
 def test_progress_exception_propagates(tolk, zh, verses):
     """An exception in the callback stops the translation (nothing crosses into C) and is
     raised as itself from translate_text, with the callback's frame in its traceback."""
