@@ -529,6 +529,15 @@ def library_path() -> str:
     return _lib_path
 
 
+def _u32(name: str, value) -> int:
+    """``value`` as a count for a 32-bit unsigned C field: ctypes would silently wrap one
+    out of range (2**32 + 1 became 1, -1 the largest)."""
+    v = int(value)
+    if not 0 <= v < 2 ** 32:
+        raise ValueError("%s must be in [0, 2**32), got %r" % (name, value))
+    return v
+
+
 def _last_error(lib) -> str:
     msg = lib.tolk_last_error()
     return msg.decode("utf-8", "replace") if msg else ""
@@ -836,7 +845,7 @@ class Model:
         opts.target_tokenizer = target_b
         device_b = device.encode("utf-8") if device is not None else None
         opts.device = device_b
-        opts.device_index = int(device_index)
+        opts.device_index = _u32("device_index", device_index)
         if files is not None:
             array, keep = _model_files(files)
             status = self._lib.tolk_model_load_from_memory(array, len(array), ctypes.byref(opts), ctypes.byref(out))
@@ -1099,9 +1108,9 @@ class Translator:
         self._compute_b = compute_type.encode("utf-8") if compute_type is not None else None
         opts.device = self._device_b
         opts.compute_type = self._compute_b
-        opts.intra_threads = int(intra_threads)
-        opts.device_index = int(device_index)
-        opts.inter_threads = int(inter_threads)
+        opts.intra_threads = _u32("intra_threads", intra_threads)
+        opts.device_index = _u32("device_index", device_index)
+        opts.inter_threads = _u32("inter_threads", inter_threads)
         self._kv_b = kv_cache_type.encode("utf-8") if kv_cache_type is not None else None
         opts.kv_cache_type = self._kv_b
         out = _TranslatorP()
@@ -1302,25 +1311,23 @@ class Translator:
         opts.struct_size = ctypes.sizeof(TolkTranslateOptions)
         _check(self._lib, self._lib.tolk_translator_translate_options(self._ptr, ctypes.byref(opts)))
         if beam_size is not None:
-            opts.beam_size = int(beam_size)
+            opts.beam_size = _u32("beam_size", beam_size)
         opts.patience = float(patience)
         if length_penalty is not None:
             opts.length_penalty = float(length_penalty)
-        opts.num_hypotheses = int(num_hypotheses)
+        opts.num_hypotheses = _u32("num_hypotheses", num_hypotheses)
         opts.return_scores = bool(return_scores)
-        opts.max_input_length = int(max_input_length)
-        opts.max_decoding_length = int(max_decoding_length)
+        opts.max_input_length = _u32("max_input_length", max_input_length)
+        opts.max_decoding_length = _u32("max_decoding_length", max_decoding_length)
         if min_decoding_length is not None:
-            opts.min_decoding_length = int(min_decoding_length)
+            opts.min_decoding_length = _u32("min_decoding_length", min_decoding_length)
         end_b = _encode_token(end_token) if end_token is not None else None
         keep.append(end_b)
         opts.end_token = end_b
         if disable_unk is not None:
             opts.disable_unk = bool(disable_unk)
         opts.repetition_penalty = float(repetition_penalty)
-        if int(no_repeat_ngram_size) < 0:
-            raise ValueError("no_repeat_ngram_size must be >= 0, got %r" % (no_repeat_ngram_size,))
-        opts.no_repeat_ngram_size = int(no_repeat_ngram_size)
+        opts.no_repeat_ngram_size = _u32("no_repeat_ngram_size", no_repeat_ngram_size)
         opts.return_attention = bool(return_attention)
         opts.replace_unknowns = bool(replace_unknowns)
         if suppress_sequences:
@@ -1330,16 +1337,14 @@ class Translator:
             opts.suppress_sequences, opts.suppress_sequence_lengths = self._token_arrays(sequences, keep, allow_none=False)
             opts.num_suppress_sequences = len(sequences)
         opts.return_end_token = bool(return_end_token)
-        if int(sampling_topk) < 0:
-            raise ValueError("sampling_topk must be >= 0, got %r" % (sampling_topk,))
-        opts.sampling_topk = int(sampling_topk)
+        opts.sampling_topk = _u32("sampling_topk", sampling_topk)
         opts.sampling_topp = float(sampling_topp)
         opts.sampling_temperature = float(sampling_temperature)
         if sampling_seed is not None and not 0 < int(sampling_seed) < 2 ** 64:
             raise ValueError("sampling_seed must be in [1, 2**64), got %r" % (sampling_seed,))
         opts.sampling_seed = 0 if sampling_seed is None else int(sampling_seed)
         if max_batch_size is not None:
-            opts.max_batch_size = int(max_batch_size)
+            opts.max_batch_size = _u32("max_batch_size", max_batch_size)
         opts.batch_type = BATCH_TYPES[batch_type]
         if max_length_factor is not None:
             opts.max_length_factor = float(max_length_factor)
@@ -1353,7 +1358,7 @@ class Translator:
         if max_decoding_memory_mb is not None:
             if not 0 <= int(max_decoding_memory_mb) < DECODING_MEMORY_AUTO:
                 raise ValueError("max_decoding_memory_mb must be in [0, %d), got %r" % (DECODING_MEMORY_AUTO, max_decoding_memory_mb))
-            opts.max_decoding_memory_mb = int(max_decoding_memory_mb)
+            opts.max_decoding_memory_mb = _u32("max_decoding_memory_mb", max_decoding_memory_mb)
         return opts
 
     def translate_text(
@@ -1484,11 +1489,9 @@ class Translator:
             raise ValueError(
                 "split must be one of %s, got %r" % (", ".join(repr(k) for k in SPLIT_MODES), split)
             )
-        if int(max_sentence_tokens) < 0:
-            raise ValueError("max_sentence_tokens must be >= 0, got %r" % (max_sentence_tokens,))
         text_opts = self._lib.tolk_text_options_default()
         text_opts.split_mode = SPLIT_MODES[split]
-        text_opts.max_sentence_tokens = int(max_sentence_tokens)
+        text_opts.max_sentence_tokens = _u32("max_sentence_tokens", max_sentence_tokens)
         return text_opts
 
     def _text_arguments(self, text, progress, on_token, split="sentences", max_sentence_tokens=128, **options):
@@ -1698,7 +1701,7 @@ class Translator:
         )
         reporter = _set_progress(opts, progress, keep)
         stream = lib.tolk_stream_options_default()
-        stream.read_batch_size = int(read_batch_size)
+        stream.read_batch_size = _u32("read_batch_size", read_batch_size)
         stream.tokens = bool(tokens)
         status = lib.tolk_translate_file(
             self._ptr,

@@ -302,6 +302,22 @@ def test_invalid_translate_options(tolk, ctranslate2, sinusoid, kwargs):
         assert ei.value.message
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(beam_size=2 ** 32 + 1), dict(beam_size=-1), dict(no_repeat_ngram_size=2 ** 32), dict(max_batch_size=-1),
+     dict(max_input_length=-1), dict(num_hypotheses=2 ** 40), dict(sampling_topk=-2)],
+    ids=lambda kw: ",".join("%s=%s" % kv for kv in kw.items()),
+)
+def test_counts_out_of_range_are_refused_not_wrapped(tolk, sinusoid, kwargs):
+    """A count a 32-bit C field cannot hold is a ValueError: ctypes would wrap it (2**32 + 1
+    had run as greedy search, -1 as no limit), and CTranslate2 refuses it too."""
+    with tolk.Model(sinusoid.path) as model, tolk.Translator(model) as tr:
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            tr.translate_batch([["w1", "w2"]], **kwargs)
+    with pytest.raises(ValueError, match="intra_threads"):
+        tolk.Translator(sinusoid.path, intra_threads=2 ** 32 + 2)
+
+
 def test_binding_validates_batch_type(tolk, sinusoid):
     with tolk.Model(sinusoid.path) as model, tolk.Translator(model) as tr:
         with pytest.raises(ValueError):
