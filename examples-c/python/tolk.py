@@ -51,12 +51,14 @@ Errors raise :class:`TolkError` with the status code and ``tolk_last_error()``
 (:class:`TolkCancelled`, a subclass, for a cancelled translation).
 """
 
+import atexit
 import collections
 import ctypes
 import ctypes.util
 import math
 import os
 import sys
+import weakref
 from typing import List, Optional, Sequence, Tuple, Union
 
 __all__ = [
@@ -667,7 +669,8 @@ def _set_on_token(opts, on_token, keep) -> Optional[_TokenStream]:
 class Job:
     """A translation in flight (``TolkJob``), from :meth:`Translator.translate_batch_async`
     or :meth:`Translator.translate_text_async`: poll it, wait for it, cancel it, read its
-    result (once). Closing it (or losing it) cancels the work if it is still running."""
+    result (once). Closing it (or losing it, or the interpreter exiting) cancels the work
+    if it is still running."""
 
     def __init__(self, lib, ptr, keep, read, streams):
         self._lib = lib
@@ -675,6 +678,7 @@ class Job:
         self._keep = keep  # the callbacks' thunks: alive until the job has settled
         self._read = read
         self._streams = streams
+        _LIVE_JOBS.add(self)
 
     def done(self) -> bool:
         """Whether the job has ended (translated, failed or cancelled). Never blocks."""
@@ -728,6 +732,18 @@ class Job:
             self.close()
         except Exception:
             pass
+
+
+# Jobs not closed yet. At exit they are closed (cancelled, and waited for until their
+# callbacks can no longer run) while the interpreter still runs: a worker calling an
+# on_token thunk during finalization aborted the process ("FATAL: exception not rethrown").
+_LIVE_JOBS = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_jobs():
+    for job in list(_LIVE_JOBS):
+        job.close()
 
 
 def version() -> str:

@@ -1072,6 +1072,32 @@ def test_progress_cancels(tolk, zh, verses):
                                                                            progress=lambda d, t: True)
 
 
+def test_exit_with_streaming_jobs_in_flight_is_clean(tolk, zh_en_model, verses):
+    """A script that ends while async jobs stream tokens to a Python callback: the jobs
+    are cancelled at exit while the interpreter runs (a worker calling the callback during
+    finalization had aborted the process)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time, tolk\n"
+        "t = tolk.Translator(sys.argv[1], inter_threads=2)\n"
+        "lines = sys.argv[2:]\n"
+        "seen = []\n"
+        "a = t.translate_text_async(lines, beam_size=1, on_token=seen.append)\n"
+        "b = t.translate_text_async(lines[::-1], beam_size=1, on_token=seen.append)\n"
+        "time.sleep(0.3)\n"
+        "print(len(seen))\n"
+    )
+    binding = os.path.dirname(tolk.__file__)
+    env = dict(os.environ, PYTHONPATH=binding + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for _ in range(2):
+        run = subprocess.run([sys.executable, "-c", script, zh_en_model] + verses[:150],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert int(run.stdout.split()[-1]) > 0
+
+
 # ctypes reports the swallowed KeyboardInterrupt as unraisable: that is the case tested.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_ctrl_c_during_a_call_with_progress_is_a_keyboard_interrupt(tolk, zh, verses):
