@@ -444,8 +444,9 @@ typedef struct TolkTranslateOptions {
   float sampling_topp;
   float sampling_temperature;
   /**
-   * Seed of the sampling: the same seed gives the same samples however the call is
-   * batched or threaded; 0 (default) = a new seed each call.
+   * Seed of the sampling: the same seed gives the same samples however many threads
+   * the call runs on (another batching can change the logits in their last bits, and
+   * with them a draw); 0 (default) = a new seed each call.
    */
   uint64_t sampling_seed;
 } TolkTranslateOptions;

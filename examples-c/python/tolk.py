@@ -1222,7 +1222,8 @@ class Translator:
         to most); the last two on the CPU only. ``sampling_topk`` (0 = all tokens, 1 = no
         sampling), ``sampling_topp`` and ``sampling_temperature`` are CTranslate2's random
         sampling (``beam_size=1``, one hypothesis); ``sampling_seed`` (not a CTranslate2
-        argument) makes a call's samples repeatable, however it is batched.
+        argument) makes a call's samples repeatable whatever its threads (another
+        batching can change the logits in their last bits, and with them a draw).
 
         ``kv_cache_type`` (not a CTranslate2 argument) is how decoding keeps attention keys
         and values, most of its memory: ``"float32"`` (``None``: CTranslate2's results),

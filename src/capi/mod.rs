@@ -238,8 +238,9 @@ pub struct TolkTranslateOptions {
     pub sampling_topk: u32,
     pub sampling_topp: f32,
     pub sampling_temperature: f32,
-    /// Seed of the sampling: the same seed gives the same samples however the call is
-    /// batched or threaded; 0 (default) = a new seed each call.
+    /// Seed of the sampling: the same seed gives the same samples however many threads
+    /// the call runs on (another batching can change the logits in their last bits, and
+    /// with them a draw); 0 (default) = a new seed each call.
     pub sampling_seed: u64,
 }
 

@@ -66,7 +66,9 @@ pub struct TranslateOptions {
     pub sampling_topp: f32,
     pub sampling_temperature: f32,
     /// Seed of the sampling's random numbers: with one, a call's samples are the same
-    /// every time, however it is batched or threaded; `None` = a new seed each call.
+    /// every time, however it is threaded (each sentence has a stream of its own, the same
+    /// however the call is batched, but another batching can change the logits in their
+    /// last bits, and with them a draw); `None` = a new seed each call.
     pub sampling_seed: Option<u64>,
     /// 0 = translate everything as one batch.
     pub max_batch_size: usize,
