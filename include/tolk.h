@@ -329,7 +329,8 @@ typedef struct TolkTranslateOptions {
    */
   uint32_t min_decoding_length;
   /**
-   * Token that ends a hypothesis; NULL = the model's end-of-sentence token.
+   * Token that ends a hypothesis; NULL = the model's end-of-sentence token (unless
+   * end_tokens names some).
    */
   const char *end_token;
   /**
@@ -449,6 +450,13 @@ typedef struct TolkTranslateOptions {
    * with them a draw); 0 (default) = a new seed each call.
    */
   uint64_t sampling_seed;
+  /**
+   * More tokens that end a hypothesis, any of them, beside end_token (CTranslate2's
+   * end_token list): num_end_tokens NUL-terminated strings (NULL and 0: none). With
+   * neither, the model's end-of-sentence token ends hypotheses.
+   */
+  const char *const *end_tokens;
+  size_t num_end_tokens;
 } TolkTranslateOptions;
 
 /**

@@ -460,10 +460,13 @@ impl Translator {
         let mut prepared = text::translate::prepare_texts(&self.inner, tokenizer, texts, options, text_options)?;
         let on_token = hooks.on_token.map(|callback| {
             let model = self.inner.model();
-            let end_token = options.end_token.clone().unwrap_or_else(|| model.special_tokens().eos.clone());
+            let end_tokens = match &options.end_tokens[..] {
+                [] => vec![model.special_tokens().eos.clone()],
+                tokens => tokens.to_vec(),
+            };
             let package = Arc::clone(&self.package);
             let detokenize = move |pieces: &[String]| package.tokenizer.as_ref().map(|t| t.decode(pieces)).unwrap_or_default();
-            text::translate::text_token_callback(prepared.slots(), end_token, detokenize, callback)
+            text::translate::text_token_callback(prepared.slots(), end_tokens, detokenize, callback)
         });
         let sources = std::mem::take(&mut prepared.sources);
         let options = prepared.options.clone();

@@ -107,12 +107,11 @@ fn tiny_model_beam_examples_equal_their_batch_translated_alone() {
             for &beam_size in beams {
                 let cases = [(1, 1, 1.0, None), (5, 2, 0.0, Some(end)), (16, 1, 0.0, Some(end)), (32, 2, 1.0, Some(end))];
                 for (max_batch_size, num_hypotheses, length_penalty, end_token) in cases {
-                    let end_token = end_token.map(String::from);
                     let options = TranslateOptions {
                         beam_size,
                         num_hypotheses,
                         length_penalty,
-                        end_token,
+                        end_tokens: end_token.into_iter().map(String::from).collect(),
                         max_decoding_length: 30,
                         join_batches: Some(true),
                         ..greedy(max_batch_size)

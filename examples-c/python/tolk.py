@@ -245,6 +245,8 @@ class TolkTranslateOptions(ctypes.Structure):
         ("sampling_topp", ctypes.c_float),
         ("sampling_temperature", ctypes.c_float),
         ("sampling_seed", ctypes.c_uint64),
+        ("end_tokens", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_end_tokens", ctypes.c_size_t),
     ]
 
 
@@ -1176,7 +1178,7 @@ class Translator:
         max_input_length: int = 1024,
         max_decoding_length: int = 256,
         min_decoding_length: Optional[int] = None,
-        end_token: Optional[str] = None,
+        end_token: Union[str, Sequence[str], None] = None,
         disable_unk: Optional[bool] = None,
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
@@ -1338,9 +1340,14 @@ class Translator:
         opts.max_decoding_length = _u32("max_decoding_length", max_decoding_length)
         if min_decoding_length is not None:
             opts.min_decoding_length = _u32("min_decoding_length", min_decoding_length)
-        end_b = _encode_token(end_token) if end_token is not None else None
-        keep.append(end_b)
-        opts.end_token = end_b
+        # One token or a list of them, as CTranslate2 takes it.
+        if isinstance(end_token, (str, bytes)):
+            end_token = [end_token]
+        if end_token is not None:
+            ends = [_encode_token(t) for t in end_token]
+            array = (ctypes.c_char_p * max(len(ends), 1))(*ends)
+            keep.append(array)
+            opts.end_tokens, opts.num_end_tokens = ctypes.cast(array, _CharPP), len(ends)
         if disable_unk is not None:
             opts.disable_unk = bool(disable_unk)
         opts.repetition_penalty = float(repetition_penalty)

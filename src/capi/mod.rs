@@ -163,7 +163,8 @@ pub struct TolkTranslateOptions {
     pub max_decoding_length: u32,
     /// Minimum number of generated tokens before the end token is allowed (default 1).
     pub min_decoding_length: u32,
-    /// Token that ends a hypothesis; NULL = the model's end-of-sentence token.
+    /// Token that ends a hypothesis; NULL = the model's end-of-sentence token (unless
+    /// end_tokens names some).
     pub end_token: *const c_char,
     /// Never generate the unknown token (default false).
     pub disable_unk: bool,
@@ -242,6 +243,11 @@ pub struct TolkTranslateOptions {
     /// the call runs on (another batching can change the logits in their last bits, and
     /// with them a draw); 0 (default) = a new seed each call.
     pub sampling_seed: u64,
+    /// More tokens that end a hypothesis, any of them, beside end_token (CTranslate2's
+    /// end_token list): num_end_tokens NUL-terminated strings (NULL and 0: none). With
+    /// neither, the model's end-of-sentence token ends hypotheses.
+    pub end_tokens: *const *const c_char,
+    pub num_end_tokens: usize,
 }
 
 /// See TolkTranslateOptions.progress: `done` of `total` sentences are translated; return
@@ -389,7 +395,8 @@ versioned!(TolkTranslateOptions {
     max_decoding_length, min_decoding_length, end_token, disable_unk, max_batch_size, batch_type, progress,
     progress_user_data, max_length_factor, use_shortlist, on_token, on_token_user_data, use_vmap, kv_cache_type,
     max_decoding_memory_mb, repetition_penalty, no_repeat_ngram_size, return_attention, replace_unknowns, suppress_sequences,
-    suppress_sequence_lengths, num_suppress_sequences, return_end_token, sampling_topk, sampling_topp, sampling_temperature, sampling_seed
+    suppress_sequence_lengths, num_suppress_sequences, return_end_token, sampling_topk, sampling_topp, sampling_temperature, sampling_seed,
+    end_tokens, num_end_tokens
 });
 
 /// Checks a versioned struct's `struct_size`: at least the size field, at most the full
@@ -787,6 +794,9 @@ fn c_options(d: &TranslateOptions) -> TolkTranslateOptions {
         sampling_topp: d.sampling_topp,
         sampling_temperature: d.sampling_temperature,
         sampling_seed: d.sampling_seed.unwrap_or(0),
+        // The translator's defaults name no end token (the model's ends hypotheses).
+        end_tokens: ptr::null(),
+        num_end_tokens: 0,
     }
 }
 
@@ -828,7 +838,7 @@ unsafe fn read_translate_options(
         max_input_length: o.max_input_length as usize,
         max_decoding_length: o.max_decoding_length as usize,
         min_decoding_length: o.min_decoding_length as usize,
-        end_token: opt_str(o.end_token, "end_token")?.map(str::to_string),
+        end_tokens: opt_str(o.end_token, "end_token")?.map(str::to_string).into_iter().chain(read_tokens(o.end_tokens, o.num_end_tokens, "end_tokens")?).collect(),
         disable_unk: o.disable_unk,
         repetition_penalty: o.repetition_penalty,
         no_repeat_ngram_size: o.no_repeat_ngram_size as usize,
@@ -885,25 +895,27 @@ unsafe fn read_token_batch(
     non_null(lengths, lengths_name)?;
     let mut batch = Vec::with_capacity(reserve_for(count));
     for i in 0..count {
-        let n = *lengths.add(i);
-        let sentence = *tokens.add(i);
-        if n > 0 && sentence.is_null() {
-            return Err(Error::invalid_argument(format!("{what}[{i}] is NULL but its length is {n}")).into());
-        }
-        let mut out = Vec::with_capacity(reserve_for(n));
-        for j in 0..n {
-            let t = *sentence.add(j);
-            if t.is_null() {
-                return Err(Error::invalid_argument(format!("{what}[{i}][{j}] is NULL")).into());
-            }
-            let s = CStr::from_ptr(t)
-                .to_str()
-                .map_err(|_| Error::invalid_argument(format!("{what}[{i}][{j}] is not valid UTF-8")))?;
-            out.push(s.to_string());
-        }
-        batch.push(out);
+        batch.push(read_tokens(*tokens.add(i), *lengths.add(i), &format!("{what}[{i}]"))?);
     }
     Ok(batch)
+}
+
+/// Reads the `n` NUL-terminated UTF-8 tokens of the C array `array` (NULL only when `n` is
+/// 0), named `name` in errors.
+unsafe fn read_tokens(array: *const *const c_char, n: usize, name: &str) -> Result<Vec<String>, Failure> {
+    if n > 0 && array.is_null() {
+        return Err(Error::invalid_argument(format!("{name} is NULL but its length is {n}")).into());
+    }
+    let mut out = Vec::with_capacity(reserve_for(n));
+    for j in 0..n {
+        let t = *array.add(j);
+        if t.is_null() {
+            return Err(Error::invalid_argument(format!("{name}[{j}] is NULL")).into());
+        }
+        let s = CStr::from_ptr(t).to_str().map_err(|_| Error::invalid_argument(format!("{name}[{j}] is not valid UTF-8")))?;
+        out.push(s.to_string());
+    }
+    Ok(out)
 }
 
 /// Translates a batch of tokenized sentences.

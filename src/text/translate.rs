@@ -145,10 +145,10 @@ pub struct TextTokenEvent<'a> {
 pub type TextTokenCallback = Arc<dyn Fn(&TextTokenEvent) -> bool + Send + Sync>;
 
 /// A token callback that follows each unit's pieces and reports the detokenized
-/// translation so far to `callback` (the end token is not part of the text).
+/// translation so far to `callback` (the end tokens are not part of the text).
 pub(crate) fn text_token_callback(
     slots: Vec<(usize, usize)>,
-    end_token: String,
+    end_tokens: Vec<String>,
     detokenize: impl Fn(&[String]) -> String + Send + Sync + 'static,
     callback: TextTokenCallback,
 ) -> TokenCallback {
@@ -157,7 +157,7 @@ pub(crate) fn text_token_callback(
         let translation = {
             let mut pieces = pieces.lock().unwrap_or_else(|e| e.into_inner());
             let unit = &mut pieces[event.example];
-            if event.token != end_token {
+            if !end_tokens.iter().any(|t| *t == event.token) {
                 unit.push(event.token.to_string());
             }
             detokenize(unit).trim().to_string()

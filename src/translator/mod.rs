@@ -36,8 +36,9 @@ pub struct TranslateOptions {
     pub max_input_length: usize,
     pub max_decoding_length: usize,
     pub min_decoding_length: usize,
-    /// Token that ends a hypothesis; `None` = the model's end-of-sentence token.
-    pub end_token: Option<String>,
+    /// Tokens that end a hypothesis, any of them (CTranslate2's `end_token`, one token or
+    /// a list); empty = the model's end-of-sentence token.
+    pub end_tokens: Vec<String>,
     pub disable_unk: bool,
     /// Penalty on the tokens a hypothesis already holds (CTranslate2's
     /// `repetition_penalty`): their logits are divided by it where non-negative and
@@ -110,7 +111,7 @@ impl Default for TranslateOptions {
             max_input_length: 1024,
             max_decoding_length: 256,
             min_decoding_length: 1,
-            end_token: None,
+            end_tokens: Vec::new(),
             disable_unk: false,
             repetition_penalty: 1.0,
             no_repeat_ngram_size: 0,
@@ -488,12 +489,12 @@ impl PreparedBatch {
             let bound = ((longest as f32 * options.max_length_factor).ceil() as usize).max(options.min_decoding_length).max(1);
             max_length = max_length.min(bound);
         }
-        let end_ids = vec![match &options.end_token {
-            Some(t) => tv
-                .id(t)
-                .ok_or_else(|| Error::invalid_argument(format!("end_token {t:?} is not in the target vocabulary")))?,
-            None => tv.id_or_unk(&cfg.eos),
-        }];
+        let end_ids = if options.end_tokens.is_empty() {
+            vec![tv.id_or_unk(&cfg.eos)]
+        } else {
+            let id = |t: &String| tv.id(t).ok_or_else(|| Error::invalid_argument(format!("end_token {t:?} is not in the target vocabulary")));
+            options.end_tokens.iter().map(id).collect::<Result<Vec<u32>>>()?
+        };
         if options.sampling().is_some() && options.sampling_topk > tv.len() {
             return Err(Error::invalid_argument(format!(
                 "sampling_topk option ({}) is greater than the vocabulary size ({})",

@@ -684,7 +684,7 @@ def test_progress_struct_fields(tolk):
                           "max_decoding_memory_mb", "repetition_penalty", "no_repeat_ngram_size",
                           "return_attention", "replace_unknowns", "suppress_sequences", "suppress_sequence_lengths",
                           "num_suppress_sequences", "return_end_token", "sampling_topk", "sampling_topp",
-                          "sampling_temperature", "sampling_seed"]
+                          "sampling_temperature", "sampling_seed", "end_tokens", "num_end_tokens"]
     assert not o.progress and o.progress_user_data is None and not o.use_vmap and o.kv_cache_type is None
     assert o.max_decoding_memory_mb == tolk.DECODING_MEMORY_AUTO == 0xFFFFFFFF  # the header's TOLK_DECODING_MEMORY_AUTO
     assert tolk.TolkTranslateOptions.progress.offset % ctypes.alignment(ctypes.c_void_p) == 0

@@ -21,6 +21,7 @@ N_SENTENCES = 50
 
 # name -> translate_batch keyword arguments.  Special values, resolved per model:
 #   end_token="@frequent"     the most frequent token of the greedy CT2 output
+#   end_token="@frequent+eos" that token and </s>, as a list
 #   target_prefix="@random"   random 1-3 target tokens for every other example
 OPTION_SETS = {
     "default": dict(),
@@ -41,6 +42,9 @@ OPTION_SETS = {
     "beam4_disable_unk": dict(beam_size=4, disable_unk=True, return_scores=True),
     "greedy_end_token": dict(beam_size=1, end_token="@frequent", return_scores=True),
     "beam4_end_token": dict(beam_size=4, end_token="@frequent", return_scores=True),
+    # A list of end tokens, as CTranslate2 takes them: the frequent token or </s>.
+    "greedy_end_tokens": dict(beam_size=1, end_token="@frequent+eos", return_scores=True),
+    "beam4_end_tokens": dict(beam_size=4, end_token="@frequent+eos", return_scores=True),
     "greedy_prefix": dict(beam_size=1, target_prefix="@random", return_scores=True),
     "beam4_prefix": dict(beam_size=4, num_hypotheses=2, target_prefix="@random", return_scores=True),
     "greedy_max_input5": dict(beam_size=1, max_input_length=5, return_scores=True),
@@ -124,6 +128,8 @@ def resolve_options(name, info, sents, ct2_tr, options):
     kwargs.pop("target_prefix", None)
     if kwargs.get("end_token") == "@frequent":
         kwargs["end_token"] = _frequent_token(name, info, sents, ct2_tr, base_prefix)
+    if kwargs.get("end_token") == "@frequent+eos":
+        kwargs["end_token"] = [_frequent_token(name, info, sents, ct2_tr, base_prefix), "</s>"]
     if kwargs.get("suppress_sequences") == "@frequent":
         # A token never, a bigram's second token not after its first, an empty one ignored.
         token, bigram = _frequent(name, info, sents, ct2_tr, base_prefix)
