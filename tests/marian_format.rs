@@ -274,6 +274,13 @@ fn corrupt_quantization_scales_are_errors() {
             assert!(e.kind == tolk::ErrorKind::InvalidModel && e.message.contains(name), "{bad}: {e}");
         }
     }
+    // An activation scale stored as intgemm8 whose value is not positive.
+    for value in [0u8, 0x81] {
+        let mut items = small_marian_items();
+        items[1].3 = intgemm_bytes(&[value], 14.0); // Wemb_QuantMultA: 0, then -127 / 14
+        let e = MarianFile::from_bytes(marian_bin(&items)).unwrap().quant_mult_a("Wemb_QuantMultA").unwrap_err();
+        assert!(e.kind == tolk::ErrorKind::InvalidModel && e.message.contains("Wemb_QuantMultA: the activation scale"), "{value}: {e}");
+    }
 }
 
 /// Vector items are `[n]` or `[1, n]`: a `[2, 2]` one is an error naming it.

@@ -416,7 +416,9 @@ impl MarianFile {
             MarianType::Float32 if item.elements == 1 => {
                 self.float_values(name)?.first().map(|&v| crate::format::check_scale(v, name, "activation scale")).transpose()
             }
-            MarianType::Intgemm8 if item.elements == 1 => Ok(self.intgemm_dequantized(name)?.first().copied()),
+            MarianType::Intgemm8 if item.elements == 1 => {
+                self.intgemm_dequantized(name)?.first().map(|&v| crate::format::check_scale(v, name, "activation scale")).transpose()
+            }
             t => Err(Error::invalid_model(format!(
                 "{name} ({} of shape {:?}) is not an activation scale",
                 t.name(),
