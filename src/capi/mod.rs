@@ -838,7 +838,10 @@ unsafe fn read_translate_options(
         max_input_length: o.max_input_length as usize,
         max_decoding_length: o.max_decoding_length as usize,
         min_decoding_length: o.min_decoding_length as usize,
-        end_tokens: opt_str(o.end_token, "end_token")?.map(str::to_string).into_iter().chain(read_tokens(o.end_tokens, o.num_end_tokens, "end_tokens")?).collect(),
+        end_tokens: {
+            let single = opt_str(o.end_token, "end_token")?.map(str::to_string);
+            single.into_iter().chain(read_tokens(o.end_tokens, o.num_end_tokens, "end_tokens")?).collect()
+        },
         disable_unk: o.disable_unk,
         repetition_penalty: o.repetition_penalty,
         no_repeat_ngram_size: o.no_repeat_ngram_size as usize,

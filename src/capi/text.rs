@@ -4,7 +4,7 @@ use std::ffi::{c_char, CStr};
 use std::ptr;
 
 use super::{
-    guard, non_null, read_translate_options, reserve_for, read_versioned, write_versioned, Failure, TolkStatus, TolkTranslateOptions,
+    guard, non_null, read_translate_options, read_versioned, reserve_for, write_versioned, Failure, TolkStatus, TolkTranslateOptions,
     TolkTranslator,
 };
 use crate::error::Error;

@@ -412,19 +412,18 @@ impl MarianFile {
     /// en-pt 127 * (1/14.46729) = 8.778423, bit for bit `none_QuantMultA`).
     pub fn quant_mult_a(&self, name: &str) -> Result<Option<f32>> {
         let Some(item) = self.get(name) else { return Ok(None) };
-        match item.item_type {
-            MarianType::Float32 if item.elements == 1 => {
-                self.float_values(name)?.first().map(|&v| crate::format::check_scale(v, name, "activation scale")).transpose()
+        let values = match item.item_type {
+            MarianType::Float32 if item.elements == 1 => self.float_values(name)?,
+            MarianType::Intgemm8 if item.elements == 1 => self.intgemm_dequantized(name)?,
+            t => {
+                return Err(Error::invalid_model(format!(
+                    "{name} ({} of shape {:?}) is not an activation scale",
+                    t.name(),
+                    item.shape
+                )))
             }
-            MarianType::Intgemm8 if item.elements == 1 => {
-                self.intgemm_dequantized(name)?.first().map(|&v| crate::format::check_scale(v, name, "activation scale")).transpose()
-            }
-            t => Err(Error::invalid_model(format!(
-                "{name} ({} of shape {:?}) is not an activation scale",
-                t.name(),
-                item.shape
-            ))),
-        }
+        };
+        values.first().map(|&v| crate::format::check_scale(v, name, "activation scale")).transpose()
     }
 
 }
