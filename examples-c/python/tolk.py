@@ -57,7 +57,9 @@ import ctypes
 import ctypes.util
 import math
 import os
+import signal
 import sys
+import threading
 import weakref
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -567,8 +569,6 @@ class _PythonCallback:
             raise TypeError("%s, got %r" % (what, type(fn).__name__))
         self.fn = fn
         self.error = None
-        # Whether the callable itself asked to stop (returned a false value).
-        self.declined = False
         # The ctypes thunk: alive as long as this object, which the caller keeps through
         # the library call.
         self.c_callback = c_type(self._call)
@@ -579,14 +579,10 @@ class _PythonCallback:
             return False
         try:
             go_on = self.fn(*arguments())
-            self.declined = not (go_on is None or bool(go_on))
-            return not self.declined
+            return go_on is None or bool(go_on)
         except BaseException as e:  # noqa: B902 -- nothing may unwind into C
             self.error = e
             return False
-
-    def catch_escape(self, lib, status):
-        """After the call: nothing here (see :meth:`_Progress.catch_escape`)."""
 
     def reraise(self):
         """Raises the exception the callable raised, if any."""
@@ -608,14 +604,32 @@ class _Progress(_PythonCallback):
     def _call(self, user_data, done, total):
         return self._guard(lambda: (done, total))
 
-    def catch_escape(self, lib, status):
-        """A call the progress callback cancelled although the callable neither declined nor
-        raised: a signal's exception (Ctrl-C's KeyboardInterrupt) was raised on entering the
-        callback, before its guard, and ctypes swallowed it (printing "Exception ignored")
-        and returned 0. It is raised from the call as the KeyboardInterrupt it was."""
-        if (status == Status.ERROR_CANCELLED and self.error is None and not self.declined
-                and "progress callback" in _last_error(lib)):
-            self.error = KeyboardInterrupt()
+
+class _CtrlCCancels:
+    """Around a blocking call with a progress callback, on the main thread while SIGINT
+    raises KeyboardInterrupt (Python's default): Ctrl-C cancels the call at its next
+    progress report, and the call raises the KeyboardInterrupt. Python runs a signal's
+    handler on entering the callback, before any guard, and ctypes swallows what it
+    raises (printing "Exception ignored") and returns an undefined value to the library;
+    so for the call this handler only takes note, and the callback returns False."""
+
+    def __init__(self, streams):
+        self.progress = next((w for w in streams if isinstance(w, _Progress)), None)
+        self.previous = None
+
+    def __enter__(self):
+        if (self.progress is not None and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self.previous = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def _note(self, signum, frame):
+        if self.progress.error is None:
+            self.progress.error = KeyboardInterrupt()
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _set_progress(opts, progress, keep) -> Optional[_Progress]:
@@ -1251,9 +1265,9 @@ class Translator:
             use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
             max_decoding_memory_mb=max_decoding_memory_mb)
         out = _ResultP()
-        status = self._lib.tolk_translate_batch(self._ptr, *args, ctypes.byref(opts), ctypes.byref(out))
+        with _CtrlCCancels(streams):
+            status = self._lib.tolk_translate_batch(self._ptr, *args, ctypes.byref(opts), ctypes.byref(out))
         for stream in streams:
-            stream.catch_escape(self._lib, status)
             if stream.error is not None:
                 self._lib.tolk_result_free(out)  # NULL after a cancel; no-op
                 stream.reraise()
@@ -1467,10 +1481,10 @@ class Translator:
             use_shortlist=use_shortlist, use_vmap=use_vmap, kv_cache_type=kv_cache_type,
             max_decoding_memory_mb=max_decoding_memory_mb, split=split, max_sentence_tokens=max_sentence_tokens)
         out = _TextResultP()
-        status = self._lib.tolk_translate_text_batch(
-            self._ptr, *args, ctypes.byref(opts), ctypes.byref(text_opts), ctypes.byref(out))
+        with _CtrlCCancels(streams):
+            status = self._lib.tolk_translate_text_batch(
+                self._ptr, *args, ctypes.byref(opts), ctypes.byref(text_opts), ctypes.byref(out))
         for stream in streams:
-            stream.catch_escape(self._lib, status)
             if stream.error is not None:
                 self._lib.tolk_text_result_free(out)  # NULL after a cancel; no-op
                 stream.reraise()
@@ -1727,16 +1741,16 @@ class Translator:
         stream = lib.tolk_stream_options_default()
         stream.read_batch_size = _u32("read_batch_size", read_batch_size)
         stream.tokens = bool(tokens)
-        status = lib.tolk_translate_file(
-            self._ptr,
-            _path_bytes(_fspath_or_none(input_path)),
-            _path_bytes(_fspath_or_none(output_path)),
-            ctypes.byref(opts),
-            ctypes.byref(text_opts),
-            ctypes.byref(stream),
-        )
+        with _CtrlCCancels([reporter] if reporter is not None else []):
+            status = lib.tolk_translate_file(
+                self._ptr,
+                _path_bytes(_fspath_or_none(input_path)),
+                _path_bytes(_fspath_or_none(output_path)),
+                ctypes.byref(opts),
+                ctypes.byref(text_opts),
+                ctypes.byref(stream),
+            )
         if reporter is not None:
-            reporter.catch_escape(lib, status)
             reporter.reraise()
         _check(lib, status)
 
