@@ -25,11 +25,13 @@ mod probe {
     use std::time::Instant;
 
     /// `n` turns of 4 dependent adds (4n cycles).
+    /// Register adds: Intel cores since Golden Cove fold a chain of `add reg, imm` at rename
+    /// (several a cycle), which had the Xeon with AMX read "clock ~ 15 GHz".
     fn add_chain(n: usize) -> u64 {
         let mut a: u64 = 1;
         // SAFETY: register arithmetic only.
         unsafe {
-            asm!("2:", "add {a}, 1", "add {a}, 1", "add {a}, 1", "add {a}, 1", "dec {n}", "jnz 2b", a = inout(reg) a, n = inout(reg) n => _)
+            asm!("2:", "add {a}, {one}", "add {a}, {one}", "add {a}, {one}", "add {a}, {one}", "dec {n}", "jnz 2b", a = inout(reg) a, one = in(reg) 1u64, n = inout(reg) n => _)
         };
         a
     }

@@ -72,7 +72,10 @@ thread_local! {
 /// with every step planned alike, yet a whole tile with a real plan, 83% hexadecets, ran
 /// no faster than octets alone, and larger products ran slower; 2026-11-27. On the Zen 5,
 /// hexadecets rewritten to need 14 registers and no spill were slower still than octets on
-/// every shape: bench/RESULTS.md, 2026-12-01.)
+/// every shape: bench/RESULTS.md, 2026-12-01. On the Xeon with AMX held to AVX2, a
+/// one-pass rewrite over all 32 columns with the broadcasts reloaded where used, 15
+/// registers and no spill, was no faster either in whole products or in translation,
+/// though 14% faster in registers; bench/RESULTS.md, 2026-12-07.)
 pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
     static AVX2: OnceLock<bool> = OnceLock::new();
     match isa {
