@@ -74,8 +74,8 @@ thread_local! {
 /// hexadecets rewritten to need 14 registers and no spill were slower still than octets on
 /// every shape: bench/RESULTS.md, 2026-12-01. On the Xeon with AMX held to AVX2, a
 /// one-pass rewrite over all 32 columns with the broadcasts reloaded where used, 15
-/// registers and no spill, was no faster either in whole products or in translation,
-/// though 14% faster in registers; bench/RESULTS.md, 2026-12-07.)
+/// registers and no spill, was no faster either in whole products or in translation
+/// (hexadecets are 14% faster than octets in registers there); bench/RESULTS.md, 2026-12-07.)
 pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
     static AVX2: OnceLock<bool> = OnceLock::new();
     match isa {
