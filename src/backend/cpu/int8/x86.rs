@@ -4,38 +4,30 @@ use super::{TileOut, MR, NR};
 use std::arch::x86_64::*;
 
 /// Issues the lines of `TileOut::prefetch` into L2 from the tile's first k steps on, at
-/// least two lines a step and spread evenly (Bresenham: line `i` at step `i * steps /
-/// lines`) when the share outnumbers the steps. It had issued one line every
-/// `ceil(steps / lines)` steps, at most one a step: at 16 rows a lone prefetching group
-/// fetched 1/4 of its share, and 63 lines in 64 steps came out as 32. Two a step beat
-/// one (gemm_bench AVX2 32 x 65000 x 512, 85 lines in 64 steps: 197 -> 210 GOP/s);
-/// more than the share needs did not (4 a step at 8 and 16 rows: equal or slower), nor
-/// did spreading the share over every unit of the tile (8-15% slower).
+/// least two lines a step: the same number each step (`per`), so that the only branches
+/// are a loop of constant count and a test that stays true until the share is done.
 pub(super) struct Prefetcher {
     ptr: *const u8,
-    lines: usize,
-    steps: usize,
-    /// Issued lines times `steps`, ahead of the steps taken times `lines`.
-    credit: usize,
-    line: usize,
+    /// The next line's offset, and the last line's (the share is done past it).
+    next: usize,
+    last: usize,
+    per: usize,
 }
 
 impl Prefetcher {
     #[inline(always)]
     pub(super) fn new(data: &[u8], steps: usize) -> Prefetcher {
         let lines = data.len() / 64;
-        let steps = steps.min(lines.div_ceil(2)).max(1);
-        Prefetcher { ptr: data.as_ptr(), lines, steps, credit: steps - 1, line: 0 }
+        let per = lines.div_ceil(steps.max(1)).max(2).min(lines);
+        Prefetcher { ptr: data.as_ptr(), next: 0, last: (lines * 64).wrapping_sub(64), per }
     }
 
     #[inline(always)]
     pub(super) unsafe fn step(&mut self) {
-        if self.line < self.lines {
-            self.credit += self.lines;
-            while self.credit >= self.steps && self.line < self.lines {
-                _mm_prefetch::<_MM_HINT_T1>(self.ptr.add(self.line * 64) as *const i8);
-                self.line += 1;
-                self.credit -= self.steps;
+        if self.next <= self.last && self.per > 0 {
+            for _ in 0..self.per {
+                _mm_prefetch::<_MM_HINT_T1>(self.ptr.add(self.next.min(self.last)) as *const i8);
+                self.next += 64;
             }
         }
     }
@@ -51,7 +43,7 @@ fn the_prefetcher_issues_every_line_within_the_steps() {
             // SAFETY: prefetches of lines inside `data` (a hint; never faults).
             unsafe { p.step() };
         }
-        assert_eq!(p.line, lines, "{lines} lines in {steps} steps");
+        assert!(p.next >= 64 * lines, "{lines} lines in {steps} steps");
     }
 }
 
