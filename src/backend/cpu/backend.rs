@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::attention::{alignment_weights, attend_row, attend_row_padded, attend_row_sequential, attend_rows, prefetch_rows, KvView};
+use super::huge_pages;
 use super::int16::PackedI16Matrix;
 use super::int8::PackedI8Matrix;
 use super::isa;
@@ -75,20 +76,9 @@ fn zeroed(out: &mut Vec<f32>, len: usize) {
     out.resize(len, 0.0);
 }
 
-impl Backend for CpuBackend {
-    type Buffer = Vec<f32>;
-    type Matrix = PackedWeight;
-    type Vector = Arc<Tensor>;
-    type KvCache = CpuKvCache;
-    type MemoryKv = CpuMemoryKv;
-
-    const GENERATES_POSITION_TABLES: bool = true;
-
-    fn name(&self) -> String {
-        format!("cpu ({})", isa::current().name())
-    }
-
-    fn matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<PackedWeight> {
+impl CpuBackend {
+    /// A model's matrix packed for the kernels of its compute type.
+    fn pack_matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<PackedWeight> {
         Ok(match (compute_type, data) {
             // Saved in the compute type: used as is, exactly as CTranslate2 does.
             (ComputeType::Int8, MatrixData::Quantized(Quantized::Int8 { values, scales, activation_scale, intgemm })) => {
@@ -105,6 +95,26 @@ impl Backend for CpuBackend {
                 return Err(Error::unsupported(format!("the CPU backend cannot compute in {} from this storage", compute_type.name())))
             }
         })
+    }
+
+}
+
+impl Backend for CpuBackend {
+    type Buffer = Vec<f32>;
+    type Matrix = PackedWeight;
+    type Vector = Arc<Tensor>;
+    type KvCache = CpuKvCache;
+    type MemoryKv = CpuMemoryKv;
+
+    const GENERATES_POSITION_TABLES: bool = true;
+
+    fn name(&self) -> String {
+        format!("cpu ({})", isa::current().name())
+    }
+
+    fn matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<PackedWeight> {
+        // A model's matrices, packed side by side in huge pages (see huge_pages).
+        huge_pages::for_model_weights(|| self.pack_matrix(data, n, k, compute_type))
     }
 
     fn gather_rows(&self, matrix: &PackedWeight, ids: &[u32]) -> PackedWeight {

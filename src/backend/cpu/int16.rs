@@ -13,6 +13,7 @@
 //! so that one broadcast feeds a whole panel row. With CT2's weights (|q| <= 1024) a sum is
 //! exact while `Σ|x| < 2097` over its row (|acc| <= 1024 · 1000 · Σ|x| < 2^31), CT2/MKL's limit too;
 //! beyond that every path wraps modulo 2^32 alike, so all ISAs stay bit-identical.
+use super::huge_pages::Buffer;
 use super::isa::{self, Isa};
 use super::OutPtr;
 
@@ -31,9 +32,8 @@ fn quantize_value(v: f32, scale: f32) -> i16 {
 
 /// A weight matrix `[n, k]` quantized to int16 (one scale) and packed for [`matmul_i16`].
 pub struct PackedI16Matrix {
-    /// Panels `[pairs][NR][2]`, starting 64-byte aligned at `data[start]`.
-    data: Vec<i16>,
-    start: usize,
+    /// Panels `[pairs][NR][2]`, 64-byte aligned (`Buffer`).
+    data: Buffer<i16>,
     n: usize,
     k: usize,
     /// `k / 2` rounded up (an odd k is padded with a zero).
@@ -59,15 +59,15 @@ impl PackedI16Matrix {
         assert_eq!(q.len(), n * k, "PackedI16Matrix::from_quantized: size mismatch");
         let pairs = k.div_ceil(2);
         let panel_len = pairs * NR * 2;
-        let (mut data, start) = super::huge_pages::aligned_buffer(n.div_ceil(NR) * panel_len, 0i16);
+        let mut data = Buffer::filled(n.div_ceil(NR) * panel_len, 0i16);
         for c in 0..n {
             let (p, lane) = (c / NR, c % NR);
-            let panel = &mut data[start + p * panel_len..start + (p + 1) * panel_len];
+            let panel = &mut data[p * panel_len..(p + 1) * panel_len];
             for (kk, &v) in q[c * k..(c + 1) * k].iter().enumerate() {
                 panel[(kk / 2) * NR * 2 + lane * 2 + kk % 2] = v;
             }
         }
-        PackedI16Matrix { data, start, n, k, pairs, scale }
+        PackedI16Matrix { data, n, k, pairs, scale }
     }
 
     pub fn rows(&self) -> usize {
@@ -102,7 +102,7 @@ impl PackedI16Matrix {
 
     fn panel(&self, p: usize) -> &[i16] {
         let len = self.pairs * NR * 2;
-        &self.data[self.start + p * len..self.start + (p + 1) * len]
+        &self.data[p * len..(p + 1) * len]
     }
 }
 

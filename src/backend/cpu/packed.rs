@@ -11,6 +11,7 @@
 //! the weights stream from memory under the FMAs. Whatever the tiling, every output
 //! element is one chain of FMAs in k order, so both levels give the same bits. A portable
 //! scalar reference checks them. The kernel is chosen at run time.
+use super::huge_pages::Buffer;
 use super::isa::{self, FloatLevel};
 use super::OutPtr;
 
@@ -24,10 +25,8 @@ fn row_block(k: usize) -> usize {
 
 /// A weight matrix `[n, k]` (row = output feature) packed for `matmul_packed`.
 pub struct PackedMatrix {
-    /// Panels start at `data[start]`, 64-byte aligned so that no vector load of the
-    /// kernels straddles two cache lines.
-    data: Vec<f32>,
-    start: usize,
+    /// Panels, 64-byte aligned (`Buffer`).
+    data: Buffer<f32>,
     n: usize,
     k: usize,
 }
@@ -36,9 +35,9 @@ impl PackedMatrix {
     pub fn pack(w: &[f32], n: usize, k: usize) -> PackedMatrix {
         assert_eq!(w.len(), n * k, "PackedMatrix::pack: size mismatch");
         let panels = n.div_ceil(NR);
-        let (mut data, start) = super::huge_pages::aligned_buffer(panels * k * NR, 0.0f32);
+        let mut data = Buffer::filled(panels * k * NR, 0.0f32);
         for p in 0..panels {
-            let panel = &mut data[start + p * k * NR..start + (p + 1) * k * NR];
+            let panel = &mut data[p * k * NR..(p + 1) * k * NR];
             for c in 0..NR.min(n - p * NR) {
                 let row = &w[(p * NR + c) * k..(p * NR + c + 1) * k];
                 for (kk, &v) in row.iter().enumerate() {
@@ -46,7 +45,7 @@ impl PackedMatrix {
                 }
             }
         }
-        PackedMatrix { data, start, n, k }
+        PackedMatrix { data, n, k }
     }
 
     pub fn rows(&self) -> usize {
@@ -66,7 +65,7 @@ impl PackedMatrix {
     }
 
     fn panel(&self, p: usize) -> &[f32] {
-        &self.data[self.start + p * self.k * NR..self.start + (p + 1) * self.k * NR]
+        &self.data[p * self.k * NR..(p + 1) * self.k * NR]
     }
 }
 

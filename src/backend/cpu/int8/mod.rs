@@ -25,6 +25,7 @@
 //! epilogue) with the scalar references. `activations`: the rows quantized on the fly;
 //! `plan`: the AVX2 / AVX-512BW plans; a file per kernel family (`vnni`, `avx2`,
 //! `avx512bw`, `amx`, `intgemm` for Marian's shifted product) and `x86` for what they share.
+use super::huge_pages::Buffer;
 use super::isa::{self, Isa};
 use super::{ops, OutPtr};
 use std::sync::Mutex;
@@ -115,9 +116,8 @@ pub fn quantize_rows(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
 
 /// A weight matrix `[n, k]` quantized to int8 per row and packed for [`matmul_i8`].
 pub struct PackedI8Matrix {
-    /// Panels `[kp/4][NR][4]`, starting 64-byte aligned at `data[start]`.
-    data: Vec<u8>,
-    start: usize,
+    /// Panels `[kp/4][NR][4]`, 64-byte aligned (`Buffer`).
+    data: Buffer<u8>,
     n: usize,
     k: usize,
     /// `k` rounded up to a multiple of 4 (the padding is zero).
@@ -150,11 +150,11 @@ impl PackedI8Matrix {
         let kp = k.div_ceil(4) * 4;
         let panels = n.div_ceil(NR);
         // Padding (k past the end, columns past n) holds zero weights.
-        let (mut data, start) = super::huge_pages::aligned_buffer(panels * kp * NR, WEIGHT_FLIP);
+        let mut data = Buffer::filled(panels * kp * NR, WEIGHT_FLIP);
         let mut compensation = vec![0i32; panels * NR];
         for c in 0..n {
             let (p, lane) = (c / NR, c % NR);
-            let panel = &mut data[start + p * kp * NR..start + (p + 1) * kp * NR];
+            let panel = &mut data[p * kp * NR..(p + 1) * kp * NR];
             let mut sum = 0i32;
             for (kk, &v) in q[c * k..(c + 1) * k].iter().enumerate() {
                 let v = v.max(-127);
@@ -163,7 +163,7 @@ impl PackedI8Matrix {
             }
             compensation[c] = SHIFT * sum;
         }
-        PackedI8Matrix { data, start, n, k, kp, scales, compensation, activation_scale: None, intgemm: false }
+        PackedI8Matrix { data, n, k, kp, scales, compensation, activation_scale: None, intgemm: false }
     }
 
     /// Quantizes the activations of every product with this fixed scale (`None` = per row).
@@ -196,12 +196,12 @@ impl PackedI8Matrix {
     pub fn gather_rows(&self, ids: &[u32]) -> PackedI8Matrix {
         let (n, kp) = (ids.len(), self.kp);
         let panels = n.div_ceil(NR);
-        let (mut data, start) = super::huge_pages::aligned_buffer(panels * kp * NR, WEIGHT_FLIP);
+        let mut data = Buffer::filled(panels * kp * NR, WEIGHT_FLIP);
         let mut compensation = vec![0i32; panels * NR];
         for (c, &id) in ids.iter().enumerate() {
             let id = id as usize;
             let src = self.panel(id / NR);
-            let dst = &mut data[start + (c / NR) * kp * NR..start + (c / NR + 1) * kp * NR];
+            let dst = &mut data[(c / NR) * kp * NR..(c / NR + 1) * kp * NR];
             let (from, to) = ((id % NR) * 4, (c % NR) * 4);
             for g in 0..kp / 4 {
                 let at = g * NR * 4;
@@ -211,7 +211,6 @@ impl PackedI8Matrix {
         }
         PackedI8Matrix {
             data,
-            start,
             n,
             k: self.k,
             kp,
@@ -264,7 +263,7 @@ impl PackedI8Matrix {
 
     /// Panels `p0..p1`, contiguous.
     fn panels(&self, p0: usize, p1: usize) -> &[u8] {
-        &self.data[self.start + p0 * self.kp * NR..self.start + p1 * self.kp * NR]
+        &self.data[p0 * self.kp * NR..p1 * self.kp * NR]
     }
 }
 
