@@ -247,6 +247,37 @@ pub fn l2_bytes() -> Option<usize> {
     })
 }
 
+/// This core's L1 data cache in bytes, from CPUID leaf 4 (Intel's deterministic cache
+/// parameters), or `None` where the CPU does not say there (AMD's cores among them).
+pub fn l1d_bytes() -> Option<usize> {
+    static L1D: OnceLock<Option<usize>> = OnceLock::new();
+    *L1D.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{__cpuid, __cpuid_count};
+            // SAFETY: CPUID exists on every x86_64 CPU; leaf 0 says whether leaf 4 does.
+            // (`__cpuid` is safe from Rust 1.94 on, unsafe before.)
+            #[allow(unused_unsafe)]
+            let highest = unsafe { __cpuid(0) }.eax;
+            for sub in (0..8).take_while(|_| highest >= 4) {
+                #[allow(unused_unsafe)]
+                let r = unsafe { __cpuid_count(4, sub) };
+                let (kind, level) = (r.eax & 0x1f, (r.eax >> 5) & 7);
+                if kind == 0 {
+                    break;
+                }
+                if kind == 1 && level == 1 {
+                    let ways = (r.ebx >> 22) as usize + 1;
+                    let partitions = ((r.ebx >> 12) & 0x3ff) as usize + 1;
+                    let line = (r.ebx & 0xfff) as usize + 1;
+                    return Some(ways * partitions * line * (r.ecx as usize + 1));
+                }
+            }
+        }
+        None
+    })
+}
+
 /// Whether CPUID leaf 0 names the vendor "GenuineIntel" (for the few choices measured to
 /// go one way on Intel's cores and the other on AMD's).
 pub fn is_intel() -> bool {
@@ -281,6 +312,16 @@ mod tests {
     fn the_l2_size_is_absent_or_plausible() {
         if let Some(l2) = super::l2_bytes() {
             assert!((64 << 10..=64 << 20).contains(&l2), "L2 of {l2} bytes");
+        }
+    }
+
+    #[test]
+    fn the_l1d_size_is_absent_or_plausible() {
+        if let Some(l1d) = super::l1d_bytes() {
+            assert!((8 << 10..=1 << 20).contains(&l1d) && l1d % 1024 == 0, "L1d of {l1d} bytes");
+        }
+        if super::is_intel() {
+            assert!(super::l1d_bytes().is_some(), "Intel's cores describe their L1d in CPUID leaf 4");
         }
     }
 }

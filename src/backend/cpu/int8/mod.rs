@@ -448,6 +448,20 @@ fn block_bytes() -> usize {
     }
 }
 
+/// Whether a block's panels are taken one at a time by every row group, rather than each
+/// group taking the whole block in turn. Each panel is then read from L2 or memory once,
+/// by the first group, and from L1 by the others, provided the groups' activations stay in
+/// L1 beside it (here: both within two thirds of L1d). Measured only where it pays: on a
+/// Xeon with AMX held to AVX2 (48 KiB L1d, 2026-12-07) a tile's first unit took twice
+/// the time of the others when it read the panel from L2 and fetched its share of the next
+/// block, and this order made int8 greedy (32 rows at k = 512) 1.5-7% faster in 7 of 8
+/// alternating pairs; beam 4 (128 rows, activations past L1) ran 2-4% slower with it, and
+/// AMX within the noise. Not measured on AMD's cores.
+fn panels_outer(isa: Isa, groups: usize, gr: usize, kp: usize) -> bool {
+    let bytes = (groups * gr + NR) * kp;
+    isa == Isa::Avx2 && groups > 1 && isa::is_intel() && isa::l1d_bytes().is_some_and(|l1d| 3 * bytes <= 2 * l1d)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, out: &Output, m: usize, threads: usize, isa: Isa, shifted: bool) {
     let n = w.n;
@@ -523,51 +537,62 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     (scratch.as_mut_ptr(), (b1 - b0) * NR)
                 }
             };
-            for g in 0..groups {
-                let ag = a.group(g);
-                for (p, e) in (b0..b1).zip(epilogues) {
-                    let panel = w.panel(p);
-                    let prefetch = if g == 0 {
-                        // A lone group (up to MR rows) has no later group to fetch for it:
-                        // it fetches its own next panel (gemm_bench AVX2 4 x 65000 x 512
-                        // 85-101 -> 137-139 GOP/s; with more groups it gained nothing).
-                        if groups == 1 && p + 1 < panels { w.panel(p + 1) } else { &next[..0] }
-                    } else {
-                        let (t, lines) = ((g - 1) * (b1 - b0) + (p - b0), next.len() / 64);
-                        &next[t * lines / tiles * 64..(t + 1) * lines / tiles * 64]
-                    };
-                    let t = TileOut {
-                        // SAFETY: row g*gr < m and column p*NR < n: inside the output.
-                        y: unsafe { origin.add(g * gr * ldy + (p - b0) * NR) },
-                        ldy,
-                        rows: gr.min(m - g * gr),
-                        inv_x: &a.inv_scales[g * gr..(g + 1) * gr],
-                        e,
-                        prefetch,
-                        streams: g == 0,
-                    };
-                    // SAFETY: `isa` never exceeds what the CPU supports (see isa::current);
-                    // the kernels read `kp/4` groups of the panel, of the row group and of
-                    // its plan (filled for these ISAs, see is_planned).
-                    unsafe {
-                        match isa {
-                            #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Vnni | Isa::Avx512Bw if t.e.intgemm => intgemm::tile_intgemm_512(ag, panel, a.kp, &t),
-                            #[cfg(target_arch = "x86_64")]
-                            Isa::AvxVnni | Isa::Avx2 if t.e.intgemm => intgemm::tile_intgemm_256(ag, panel, a.kp, &t),
-                            _ if t.e.intgemm => tile_intgemm_scalar(ag, panel, a.kp, &t),
-                            #[cfg(target_arch = "x86_64")]
-                            Isa::Amx => amx::tile(ag, &a.row_shifts[g * gr..(g + 1) * gr], panel, a.kp, &t),
-                            #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Vnni => vnni::tile_avx512_vnni(ag, panel, a.kp, &t),
-                            #[cfg(target_arch = "x86_64")]
-                            Isa::Avx512Bw => avx512bw::tile(ag, &a.plans.group(g), panel, a.kp, &t),
-                            #[cfg(target_arch = "x86_64")]
-                            Isa::AvxVnni => vnni::tile_avx_vnni(ag, &a.row_shifts[g * MR..(g + 1) * MR], panel, a.kp, &t),
-                            #[cfg(target_arch = "x86_64")]
-                            Isa::Avx2 => avx2::tile(ag, &a.plans.group(g), panel, a.kp, &t),
-                            _ => tile_scalar(ag, panel, a.kp, shifted, &t),
-                        }
+            let tile = |g: usize, p: usize| {
+                let (ag, e) = (a.group(g), &epilogues[p - b0]);
+                let panel = w.panel(p);
+                let prefetch = if g == 0 {
+                    // A lone group (up to MR rows) has no later group to fetch for it:
+                    // it fetches its own next panel (gemm_bench AVX2 4 x 65000 x 512
+                    // 85-101 -> 137-139 GOP/s; with more groups it gained nothing).
+                    if groups == 1 && p + 1 < panels { w.panel(p + 1) } else { &next[..0] }
+                } else {
+                    let (t, lines) = ((g - 1) * (b1 - b0) + (p - b0), next.len() / 64);
+                    &next[t * lines / tiles * 64..(t + 1) * lines / tiles * 64]
+                };
+                let t = TileOut {
+                    // SAFETY: row g*gr < m and column p*NR < n: inside the output.
+                    y: unsafe { origin.add(g * gr * ldy + (p - b0) * NR) },
+                    ldy,
+                    rows: gr.min(m - g * gr),
+                    inv_x: &a.inv_scales[g * gr..(g + 1) * gr],
+                    e,
+                    prefetch,
+                    streams: g == 0,
+                };
+                // SAFETY: `isa` never exceeds what the CPU supports (see isa::current);
+                // the kernels read `kp/4` groups of the panel, of the row group and of
+                // its plan (filled for these ISAs, see is_planned).
+                unsafe {
+                    match isa {
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512Vnni | Isa::Avx512Bw if t.e.intgemm => intgemm::tile_intgemm_512(ag, panel, a.kp, &t),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::AvxVnni | Isa::Avx2 if t.e.intgemm => intgemm::tile_intgemm_256(ag, panel, a.kp, &t),
+                        _ if t.e.intgemm => tile_intgemm_scalar(ag, panel, a.kp, &t),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Amx => amx::tile(ag, &a.row_shifts[g * gr..(g + 1) * gr], panel, a.kp, &t),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512Vnni => vnni::tile_avx512_vnni(ag, panel, a.kp, &t),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512Bw => avx512bw::tile(ag, &a.plans.group(g), panel, a.kp, &t),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::AvxVnni => vnni::tile_avx_vnni(ag, &a.row_shifts[g * MR..(g + 1) * MR], panel, a.kp, &t),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx2 => avx2::tile(ag, &a.plans.group(g), panel, a.kp, &t),
+                        _ => tile_scalar(ag, panel, a.kp, shifted, &t),
+                    }
+                }
+            };
+            if panels_outer(isa, groups, gr, a.kp) {
+                for p in b0..b1 {
+                    for g in 0..groups {
+                        tile(g, p);
+                    }
+                }
+            } else {
+                for g in 0..groups {
+                    for p in b0..b1 {
+                        tile(g, p);
                     }
                 }
             }
