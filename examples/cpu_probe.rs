@@ -16,18 +16,14 @@
 //! with AVX2 and FMA only.
 
 #[cfg(target_arch = "x86_64")]
+#[path = "common/clock.rs"]
+mod clock;
+
+#[cfg(target_arch = "x86_64")]
 mod probe {
     use std::arch::asm;
 
-    /// `n` turns of 4 dependent adds.
-    /// Register adds: Intel cores since Golden Cove fold a chain of `add reg, imm` at rename
-    /// (several a cycle), which had the Xeon with AMX read "clock ~ 15 GHz".
-    pub fn add_chain(n: usize) -> u64 {
-        let mut a: u64 = 1;
-        // SAFETY: register arithmetic only.
-        unsafe { asm!("2:", "add {a}, {one}", "add {a}, {one}", "add {a}, {one}", "add {a}, {one}", "dec {n}", "jnz 2b", a = inout(reg) a, one = in(reg) 1u64, n = inout(reg) n => _) };
-        a
-    }
+    pub use super::clock::add_chain;
 
     /// `n` turns of 12 independent 8-wide FMAs (192 flops a turn).
     #[target_feature(enable = "avx2,fma")]

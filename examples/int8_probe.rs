@@ -20,21 +20,15 @@
 //! integer instructions: about 3 a cycle whatever their kind, so the bound is the count of
 //! instructions per product, not the multiply ports. x86_64 with AVX2 only.
 #[cfg(target_arch = "x86_64")]
+#[path = "common/clock.rs"]
+mod clock;
+
+#[cfg(target_arch = "x86_64")]
 mod probe {
     use std::arch::asm;
     use std::time::Instant;
 
-    /// `n` turns of 4 dependent adds (4n cycles).
-    /// Register adds: Intel cores since Golden Cove fold a chain of `add reg, imm` at rename
-    /// (several a cycle), which had the Xeon with AMX read "clock ~ 15 GHz".
-    fn add_chain(n: usize) -> u64 {
-        let mut a: u64 = 1;
-        // SAFETY: register arithmetic only.
-        unsafe {
-            asm!("2:", "add {a}, {one}", "add {a}, {one}", "add {a}, {one}", "add {a}, {one}", "dec {n}", "jnz 2b", a = inout(reg) a, one = in(reg) 1u64, n = inout(reg) n => _)
-        };
-        a
-    }
+    pub use super::clock::add_chain;
 
     #[target_feature(enable = "avx2")]
     unsafe fn maddubs8(n: usize) {
