@@ -96,7 +96,6 @@ impl CpuBackend {
             }
         })
     }
-
 }
 
 impl Backend for CpuBackend {

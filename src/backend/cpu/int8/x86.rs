@@ -3,14 +3,19 @@
 use super::{TileOut, MR, NR};
 use std::arch::x86_64::*;
 
-/// Issues the lines of `TileOut::prefetch` into L2 from the tile's first k steps on, at
-/// least two lines a step: the same number each step (`per`), so that the only branches
-/// are a loop of constant count and a test that stays true until the share is done.
+/// Issues the lines of `TileOut::prefetch` into L2 from the tile's first k steps on, the
+/// same number each step (`per`, at least two), so that the only branches are a loop of
+/// constant count and a test that stays true until the share is done. (It had spread the
+/// lines evenly with a credit loop whose exit the data decided: mispredicted, it made a
+/// tile's first unit 10% slower; bench/RESULTS.md, 2026-12-07.) Two a step beat one
+/// (gemm_bench AVX2 32 x 65000 x 512, 85 lines in 64 steps: 197 -> 210 GOP/s); more than
+/// the share needs did not (4 a step at 8 and 16 rows: equal or slower), nor did spreading
+/// the share over every unit of the tile (8-15% slower, and on 2026-12-07 the same time).
 pub(super) struct Prefetcher {
     ptr: *const u8,
-    /// The next line's offset, and the last line's (the share is done past it).
+    /// The next line's offset, and the end of the share.
     next: usize,
-    last: usize,
+    end: usize,
     per: usize,
 }
 
@@ -18,15 +23,16 @@ impl Prefetcher {
     #[inline(always)]
     pub(super) fn new(data: &[u8], steps: usize) -> Prefetcher {
         let lines = data.len() / 64;
-        let per = lines.div_ceil(steps.max(1)).max(2).min(lines);
-        Prefetcher { ptr: data.as_ptr(), next: 0, last: (lines * 64).wrapping_sub(64), per }
+        let per = lines.div_ceil(steps.max(1)).max(2);
+        Prefetcher { ptr: data.as_ptr(), next: 0, end: lines * 64, per }
     }
 
     #[inline(always)]
     pub(super) unsafe fn step(&mut self) {
-        if self.next <= self.last && self.per > 0 {
+        if self.next < self.end {
             for _ in 0..self.per {
-                _mm_prefetch::<_MM_HINT_T1>(self.ptr.add(self.next.min(self.last)) as *const i8);
+                // The last step's lines past the share fetch its last line again.
+                _mm_prefetch::<_MM_HINT_T1>(self.ptr.add(self.next.min(self.end - 64)) as *const i8);
                 self.next += 64;
             }
         }
