@@ -31,6 +31,7 @@ pub mod backend;
 mod capi;
 pub mod decode;
 pub mod error;
+mod scoped;
 mod strings;
 pub mod format;
 pub mod model;

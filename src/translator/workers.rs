@@ -62,14 +62,7 @@ pub(crate) fn on_worker_of(id: usize) -> bool {
 /// the callbacks of abandoned tasks run on the thread that abandons them, and a wait there
 /// for another task abandoned after them would wait for that very thread.
 fn as_worker_of<R>(id: usize, f: impl FnOnce() -> R) -> R {
-    struct Restore(usize);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            POOL.with(|p| p.set(self.0));
-        }
-    }
-    let _restore = Restore(POOL.with(|p| p.replace(id)));
-    f()
+    crate::scoped::with_local(&POOL, id, f)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

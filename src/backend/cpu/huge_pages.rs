@@ -46,14 +46,7 @@ static ARENA: Mutex<(Weak<Chunk>, usize)> = Mutex::new((Weak::new(), 0));
 /// Runs `f` (the packing of a model's matrices) with the buffers it makes placed in
 /// chunks shared with the model's other matrices.
 pub fn for_model_weights<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            SHARING.with(|s| s.set(self.0));
-        }
-    }
-    let _restore = Restore(SHARING.with(|s| s.replace(true)));
-    f()
+    crate::scoped::with_local(&SHARING, true, f)
 }
 
 /// One allocation that buffers are carved from.

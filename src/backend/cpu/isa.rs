@@ -187,15 +187,8 @@ pub fn with_forced<R>(forced: Option<Isa>, f: impl FnOnce() -> R) -> R {
 /// on the translator workers that run the translations it submits.
 pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
     assert!(isa.is_supported(), "{isa:?} is not supported by this CPU");
-    /// Puts the previous level back, also when `f` unwinds (a worker thread lives on).
-    struct Restore(Option<Isa>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            OVERRIDE.with(|o| o.set(self.0));
-        }
-    }
-    let _restore = Restore(OVERRIDE.with(|o| o.replace(Some(isa))));
-    f()
+    // The previous level comes back also when `f` unwinds (a worker thread lives on).
+    crate::scoped::with_local(&OVERRIDE, Some(isa), f)
 }
 
 /// Compiles `$generic` a second and third time with AVX-512 and AVX2 enabled (so the

@@ -95,14 +95,7 @@ impl Team {
 
     /// Runs `f` with this team serving `run_parts` on this thread.
     pub fn install<R>(&self, f: impl FnOnce() -> R) -> R {
-        struct Restore(*const Shared);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                CURRENT.with(|c| c.set(self.0));
-            }
-        }
-        let _restore = Restore(CURRENT.with(|c| c.replace(Arc::as_ptr(&self.shared))));
-        f()
+        crate::scoped::with_local(&CURRENT, Arc::as_ptr(&self.shared), f)
     }
 }
 
