@@ -479,9 +479,10 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
     // 157-171 / 151-164 -> 172-173 / 180-181 / 168-174 GOP/s; zh-en int8 greedy (250
     // verses, 3 alternating rounds) +0.4 / +5.3 / +2.3%, beam 4 and AMX greedy the same.
     // The blocks then grow from one panel, doubling up to that size, so that the first group
-    // reads a single panel from memory unfetched (same Xeon, 2026-12-07, alternating pairs:
-    // AVX2 int8 greedy +1.2% in the mean of 6 (from a start of two panels +0.9%, and blocks
-    // grown to the whole 512 KiB 2% slower), AMX greedy +0.4..+3.0%, AVX2 beam 4 -0.7..+2.4%).
+    // reads a single panel from memory unfetched. A small gain at most (same Xeon,
+    // 2026-12-07, AVX2 int8 greedy in alternating pairs: +1.2% in the mean of 6 with the
+    // growth switched in one build, +0.3% of 5 build against build; AMX greedy +0.4..+3.0%
+    // and alike; AVX2 beam 4 -0.7..+2.4%; blocks grown on to the whole 512 KiB 2% slower).
     let whole = (block_bytes() / (a.kp * NR)).max(1);
     let block = if groups > 1 { whole.min(panels.div_ceil(8).max(2)) } else { whole };
     let run = |p0: usize, p1: usize| {
