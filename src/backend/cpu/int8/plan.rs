@@ -89,10 +89,7 @@ pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
 /// Runs `f` with the AVX2 kernel taking hexadecets or not on this thread (tests).
 #[cfg(test)]
 pub(super) fn with_avx2_hexadecets<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    let before = AVX2_HEXADECETS.with(|c| c.replace(Some(on)));
-    let result = f();
-    AVX2_HEXADECETS.with(|c| c.set(before));
-    result
+    crate::scoped::with_local(&AVX2_HEXADECETS, Some(on), f)
 }
 
 /// The kernels of a plan, by the k steps one takes: mask `Kind as usize` of a unit.
