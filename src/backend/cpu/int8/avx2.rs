@@ -2,6 +2,7 @@
 //! through the kernel its plan names.
 
 use super::plan::GroupPlan;
+use super::x86::Prefetcher;
 use super::{TileOut, NR};
 use std::arch::x86_64::*;
 
@@ -9,23 +10,24 @@ use std::arch::x86_64::*;
 /// panel: rows two at a time (a unit), then the odd one.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn tile(x: &[u8], plan: &GroupPlan, panel: &[u8], kp: usize, t: &TileOut) {
-    // Only the first unit fetches the tile's share of the next block; the others are
-    // instantiated without the prefetcher's per-step check.
+    // The first unit fetches the tile's share of the next block, or each unit its part of
+    // a spread share; units with nothing to fetch are instantiated without the
+    // prefetcher's per-step check.
+    let (units, steps) = (t.rows.div_ceil(2), kp / 8);
     let mut r = 0;
-    while r + 2 <= t.rows {
-        if r == 0 && !t.prefetch.is_empty() {
-            unit::<2, true>(x, plan, r, panel, kp, t);
-        } else {
-            unit::<2, false>(x, plan, r, panel, kp, t);
+    while r < t.rows {
+        let pf = match (t.spread, r == 0) {
+            (true, _) => Prefetcher::for_unit(t.prefetch, r / 2, units, steps),
+            (false, true) => Prefetcher::new(t.prefetch, steps),
+            (false, false) => Prefetcher::new(&[], steps),
+        };
+        match (t.rows - r >= 2, pf.is_empty()) {
+            (true, false) => unit::<2, true>(x, plan, r, panel, t, pf),
+            (true, true) => unit::<2, false>(x, plan, r, panel, t, pf),
+            (false, false) => unit::<1, true>(x, plan, r, panel, t, pf),
+            (false, true) => unit::<1, false>(x, plan, r, panel, t, pf),
         }
         r += 2;
-    }
-    if r < t.rows {
-        if r == 0 && !t.prefetch.is_empty() {
-            unit::<1, true>(x, plan, r, panel, kp, t);
-        } else {
-            unit::<1, false>(x, plan, r, panel, kp, t);
-        }
     }
 }
 
@@ -61,13 +63,12 @@ unsafe fn pair_sums(p: __m256i) -> __m256i {
 #[inline]
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
+unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], t: &TileOut, mut pf: Prefetcher) {
     let (a, w) = (x.as_ptr(), panel.as_ptr());
     let unit = r0 / 2;
     let [hexadecets, octets, quads, exact] = plan.step_lists(unit);
     let ones = _mm256_set1_epi16(1);
     let mut s = [[_mm256_setzero_si256(); 4]; R];
-    let mut pf = super::x86::Prefetcher::new(if PREFETCH { t.prefetch } else { &[] }, kp / 8);
     // Hexadecets (pairs of rows only) 16 columns at a time: two rows' 4 sums, 8 broadcasts
     // and the weights fit the 16 registers (all 32 columns would spill).
     for half in [0, 2] {

@@ -297,8 +297,12 @@ struct TileOut<'a> {
     rows: usize,
     inv_x: &'a [f32],
     e: &'a PanelEpilogue,
-    /// Weights this tile fetches into L2 while it computes (its share of the next block).
+    /// Weights this tile fetches into L2 while it computes (its share of the next block,
+    /// or of a later panel in the panel-outer order).
     prefetch: &'a [u8],
+    /// Whether every unit of the tile fetches its part of `prefetch`, a line a step (the
+    /// panel-outer order's thin shares), rather than the first unit all of it.
+    spread: bool,
     /// Whether this tile reads its panel first, from memory (the block's first row group);
     /// the later groups find it in L2.
     streams: bool,
@@ -459,10 +463,27 @@ fn block_bytes() -> usize {
 /// AMX within the noise. The AVX-VNNI kernel (Intel's client cores since Alder Lake) reads
 /// its panels the same way: held to it on that Xeon (2026-12-07, 250 verses, alternating),
 /// int8 greedy +4.2/+2.0/+1.2/+0.8/+3.4%, beam 4 +0.7/+2.2/+2.5%. Not measured on AMD's cores.
+/// In this order the weights are fetched a few panels ahead rather than a block ahead
+/// (`PANEL_AHEAD`).
 fn panels_outer(isa: Isa, groups: usize, gr: usize, kp: usize) -> bool {
     let bytes = (groups * gr + NR) * kp;
     matches!(isa, Isa::Avx2 | Isa::AvxVnni) && groups > 1 && isa::is_intel() && isa::l1d_bytes().is_some_and(|l1d| 3 * bytes <= 2 * l1d)
 }
+
+/// How many panels ahead the panel-outer order fetches the weights into L2: each row group's
+/// tile a share of that panel, each unit of the tile a part, a line a k step (`TileOut::
+/// spread`), so that the fetches stay few and even. They had been the next block's (up to
+/// an eighth of the product), in shares that the first unit of each tile after the first
+/// group's issued two a step, in bursts; that first unit then took 1.6 times the others'
+/// time. Xeon with AMX (2026-12-07), zh-en int8 greedy, 250 verses, the old and new
+/// fetches in turn in one process (rounds of both): held to AVX2 +2.1% (6 rounds), +4.2%
+/// (4), +2.4% (6); held to AVX-VNNI +9.6% (5 of 5 between +8.0 and +10.7%); beam 4 (128
+/// rows, not panel-outer until its rows thin out) -0.1..+1.0%. Exploring at AVX2: 1, 2, 3
+/// panels ahead alike, 4 and 6 a little worse; the shares taken by the first group alone
+/// or not spread over the units, half the gain. Spreading the blocks' shares over the
+/// units too where they exceed a line a step (the order by groups: the decoder's products
+/// of k = 2048) within the noise (greedy +0.5%, beam 4 -0.1%, 5 and 8 rounds).
+const PANEL_AHEAD: usize = 2;
 
 #[allow(clippy::too_many_arguments)]
 fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, out: &Output, m: usize, threads: usize, isa: Isa, shifted: bool) {
@@ -485,6 +506,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
     // 2026-12-07, AVX2 int8 greedy in alternating pairs: +1.2% in the mean of 6 with the
     // growth switched in one build, +0.3% of 5 build against build; AMX greedy +0.4..+3.0%
     // and alike; AVX2 beam 4 -0.7..+2.4%; blocks grown on to the whole 512 KiB 2% slower).
+    let outer = panels_outer(isa, groups, gr, a.kp);
     let whole = (block_bytes() / (a.kp * NR)).max(1);
     let block = if groups > 1 { whole.min(panels.div_ceil(8).max(2)) } else { whole };
     let run = |p0: usize, p1: usize| {
@@ -534,7 +556,8 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
             }
             let epilogues = &epilogues[..b1 - b0];
             // The first group streams the block from memory; the others fetch the next block
-            // into L2 meanwhile, each tile a share, so no group waits for memory.
+            // into L2 meanwhile, each tile a share, so no group waits for memory (in the
+            // panel-outer order every tile fetches a share of a later panel instead).
             let next = w.panels(b1, (b1 + next_size).min(p1));
             let tiles = (groups - 1) * (b1 - b0);
             // The block's column b0 * NR of row 0, and the distance between rows.
@@ -549,7 +572,16 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
             let tile = |g: usize, p: usize| {
                 let (ag, e) = (a.group(g), &epilogues[p - b0]);
                 let panel = w.panel(p);
-                let prefetch = if g == 0 {
+                let prefetch = if outer {
+                    // Each group's tile a share of the panel `PANEL_AHEAD` later (this
+                    // thread's).
+                    if p + PANEL_AHEAD < p1 {
+                        let (ahead, lines) = (w.panel(p + PANEL_AHEAD), a.kp * NR / 64);
+                        &ahead[g * lines / groups * 64..(g + 1) * lines / groups * 64]
+                    } else {
+                        &next[..0]
+                    }
+                } else if g == 0 {
                     // A lone group (up to MR rows) has no later group to fetch for it:
                     // it fetches its own next panel (gemm_bench AVX2 4 x 65000 x 512
                     // 85-101 -> 137-139 GOP/s; with more groups it gained nothing).
@@ -566,6 +598,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     inv_x: &a.inv_scales[g * gr..(g + 1) * gr],
                     e,
                     prefetch,
+                    spread: outer,
                     streams: g == 0,
                 };
                 // SAFETY: `isa` never exceeds what the CPU supports (see isa::current);
@@ -592,7 +625,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     }
                 }
             };
-            if panels_outer(isa, groups, gr, a.kp) {
+            if outer {
                 for p in b0..b1 {
                     for g in 0..groups {
                         tile(g, p);

@@ -4,13 +4,16 @@ use super::{TileOut, MR, NR};
 use std::arch::x86_64::*;
 
 /// Issues the lines of `TileOut::prefetch` into L2 from the tile's first k steps on, the
-/// same number each step (`per`, at least two), so that the only branches are a loop of
-/// constant count and a test that stays true until the share is done. (It had spread the
-/// lines evenly with a credit loop whose exit the data decided: mispredicted, it made a
-/// tile's first unit 10% slower; bench/RESULTS.md, 2026-12-07.) Two a step beat one
-/// (gemm_bench AVX2 32 x 65000 x 512, 85 lines in 64 steps: 197 -> 210 GOP/s); more than
-/// the share needs did not (4 a step at 8 and 16 rows: equal or slower), nor did spreading
-/// the share over every unit of the tile (8-15% slower, and on 2026-12-07 the same time).
+/// same number each step (`per`, at least two; one for a unit's part of a spread share,
+/// `for_unit`), so that the only branches are a loop of constant count and a test that
+/// stays true until the share is done. (It had spread the lines evenly with a credit loop
+/// whose exit the data decided: mispredicted, it made a tile's first unit 10% slower;
+/// bench/RESULTS.md, 2026-12-07.) For a block's share taken by a tile's first unit, two a
+/// step beat one (gemm_bench AVX2 32 x 65000 x 512, 85 lines in 64 steps: 197 -> 210
+/// GOP/s); more than the share needs did not (4 a step at 8 and 16 rows: equal or slower),
+/// nor did spreading that share over every unit of the tile (8-15% slower, and on
+/// 2026-12-07 the same time). The panel-outer order spreads thin shares instead (see
+/// `PANEL_AHEAD`).
 pub(super) struct Prefetcher {
     ptr: *const u8,
     /// The next line's offset, and the end of the share.
@@ -22,9 +25,28 @@ pub(super) struct Prefetcher {
 impl Prefetcher {
     #[inline(always)]
     pub(super) fn new(data: &[u8], steps: usize) -> Prefetcher {
+        Prefetcher::with_least(data, steps, 2)
+    }
+
+    /// Unit `unit` of `units`' part of a tile's spread share (`TileOut::spread`): a few
+    /// lines, one a step.
+    #[inline(always)]
+    pub(super) fn for_unit(share: &[u8], unit: usize, units: usize, steps: usize) -> Prefetcher {
+        let (lines, units) = (share.len() / 64, units.max(1));
+        Prefetcher::with_least(&share[unit * lines / units * 64..(unit + 1) * lines / units * 64], steps, 1)
+    }
+
+    #[inline(always)]
+    fn with_least(data: &[u8], steps: usize, least: usize) -> Prefetcher {
         let lines = data.len() / 64;
-        let per = lines.div_ceil(steps.max(1)).max(2);
+        let per = lines.div_ceil(steps.max(1)).max(least);
         Prefetcher { ptr: data.as_ptr(), next: 0, end: lines * 64, per }
+    }
+
+    /// Whether there is nothing to fetch.
+    #[inline(always)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.end == 0
     }
 
     #[inline(always)]
@@ -50,6 +72,17 @@ fn the_prefetcher_issues_every_line_within_the_steps() {
             unsafe { p.step() };
         }
         assert!(p.next >= 64 * lines, "{lines} lines in {steps} steps");
+    }
+    // The units' parts cover a share once, in order, whatever the counts.
+    for (lines, units) in [(0, 4), (1, 4), (16, 4), (17, 3), (64, 1), (5, 8)] {
+        let mut covered = 0;
+        for u in 0..units {
+            let p = Prefetcher::for_unit(&data[..64 * lines], u, units, 64);
+            assert_eq!(p.ptr as usize - data.as_ptr() as usize, 64 * covered, "{lines} lines, unit {u} of {units}");
+            assert_eq!(p.is_empty(), p.end == 0);
+            covered += p.end / 64;
+        }
+        assert_eq!(covered, lines);
     }
 }
 
