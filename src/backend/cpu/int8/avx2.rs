@@ -16,11 +16,7 @@ pub(super) unsafe fn tile(x: &[u8], plan: &GroupPlan, panel: &[u8], kp: usize, t
     let (units, steps) = (t.rows.div_ceil(2), kp / 8);
     let mut r = 0;
     while r < t.rows {
-        let pf = match (t.spread, r == 0) {
-            (true, _) => Prefetcher::for_unit(t.prefetch, r / 2, units, steps),
-            (false, true) => Prefetcher::new(t.prefetch, steps),
-            (false, false) => Prefetcher::new(&[], steps),
-        };
+        let pf = Prefetcher::of_unit(t, r / 2, units, steps);
         match (t.rows - r >= 2, pf.is_empty()) {
             (true, false) => unit::<2, true>(x, plan, r, panel, t, pf),
             (true, true) => unit::<2, false>(x, plan, r, panel, t, pf),

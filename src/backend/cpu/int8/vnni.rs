@@ -68,11 +68,7 @@ pub unsafe fn tile_avx_vnni(a: &[u8], row_shifts: &[i32], panel: &[u8], kp: usiz
 unsafe fn vnni256<const R: usize>(a: &[u8], row_shifts: &[i32], r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
     let (a, w) = (a.as_ptr(), panel.as_ptr());
     let mut s = [[_mm256_setzero_si256(); 4]; R];
-    let mut pf = match (t.spread, r0 == 0) {
-        (true, _) => Prefetcher::for_unit(t.prefetch, r0 / 3, t.rows.div_ceil(3), kp / 4),
-        (false, true) => Prefetcher::new(t.prefetch, kp / 4),
-        (false, false) => Prefetcher::new(&[], kp / 4),
-    };
+    let mut pf = Prefetcher::of_unit(t, r0 / 3, t.rows.div_ceil(3), kp / 4);
     for g in 0..kp / 4 {
         pf.step();
         let mut xv = [_mm256_setzero_si256(); R];

@@ -28,10 +28,21 @@ impl Prefetcher {
         Prefetcher::with_least(data, steps, 2)
     }
 
-    /// Unit `unit` of `units`' part of a tile's spread share (`TileOut::spread`): a few
-    /// lines, one a step.
+    /// What unit `unit` of a tile's `units` fetches over its `steps`: its part of a spread
+    /// share (`TileOut::spread`), else the whole share for the first unit and nothing for
+    /// the others.
     #[inline(always)]
-    pub(super) fn for_unit(share: &[u8], unit: usize, units: usize, steps: usize) -> Prefetcher {
+    pub(super) fn of_unit(t: &TileOut, unit: usize, units: usize, steps: usize) -> Prefetcher {
+        match (t.spread, unit) {
+            (true, _) => Prefetcher::for_unit(t.prefetch, unit, units, steps),
+            (false, 0) => Prefetcher::new(t.prefetch, steps),
+            (false, _) => Prefetcher::new(&[], steps),
+        }
+    }
+
+    /// Unit `unit` of `units`' part of a spread share: a few lines, one a step.
+    #[inline(always)]
+    fn for_unit(share: &[u8], unit: usize, units: usize, steps: usize) -> Prefetcher {
         let (lines, units) = (share.len() / 64, units.max(1));
         Prefetcher::with_least(&share[unit * lines / units * 64..(unit + 1) * lines / units * 64], steps, 1)
     }
