@@ -485,6 +485,13 @@ fn panels_outer(isa: Isa, groups: usize, gr: usize, kp: usize) -> bool {
 /// of k = 2048) within the noise (greedy +0.5%, beam 4 -0.1%, 5 and 8 rounds).
 const PANEL_AHEAD: usize = 2;
 
+/// Share `i` of `n` of the cache lines of `data` (whole lines, in order; the shares cover
+/// them once): what one tile, or one unit of a tile, fetches.
+fn line_share(data: &[u8], i: usize, n: usize) -> &[u8] {
+    let (lines, n) = (data.len() / 64, n.max(1));
+    &data[i * lines / n * 64..(i + 1) * lines / n * 64]
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu: bool, out: &Output, m: usize, threads: usize, isa: Isa, shifted: bool) {
     let n = w.n;
@@ -576,8 +583,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     // Each group's tile a share of the panel `PANEL_AHEAD` later (this
                     // thread's).
                     if p + PANEL_AHEAD < p1 {
-                        let (ahead, lines) = (w.panel(p + PANEL_AHEAD), a.kp * NR / 64);
-                        &ahead[g * lines / groups * 64..(g + 1) * lines / groups * 64]
+                        line_share(w.panel(p + PANEL_AHEAD), g, groups)
                     } else {
                         &next[..0]
                     }
@@ -587,8 +593,7 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                     // 85-101 -> 137-139 GOP/s; with more groups it gained nothing).
                     if groups == 1 && p + 1 < panels { w.panel(p + 1) } else { &next[..0] }
                 } else {
-                    let (t, lines) = ((g - 1) * (b1 - b0) + (p - b0), next.len() / 64);
-                    &next[t * lines / tiles * 64..(t + 1) * lines / tiles * 64]
+                    line_share(next, (g - 1) * (b1 - b0) + (p - b0), tiles)
                 };
                 let t = TileOut {
                     // SAFETY: row g*gr < m and column p*NR < n: inside the output.

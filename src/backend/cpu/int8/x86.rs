@@ -43,8 +43,7 @@ impl Prefetcher {
     /// Unit `unit` of `units`' part of a spread share: a few lines, one a step.
     #[inline(always)]
     fn for_unit(share: &[u8], unit: usize, units: usize, steps: usize) -> Prefetcher {
-        let (lines, units) = (share.len() / 64, units.max(1));
-        Prefetcher::with_least(&share[unit * lines / units * 64..(unit + 1) * lines / units * 64], steps, 1)
+        Prefetcher::with_least(super::line_share(share, unit, units), steps, 1)
     }
 
     #[inline(always)]
