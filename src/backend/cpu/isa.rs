@@ -241,7 +241,8 @@ pub fn l2_bytes() -> Option<usize> {
 }
 
 /// This core's L1 data cache in bytes, from CPUID leaf 4 (Intel's deterministic cache
-/// parameters), or `None` where the CPU does not say there (AMD's cores among them).
+/// parameters) or else leaf 0x8000_0005 (AMD's, in KiB; Intel's cores leave it zero), or
+/// `None` where the CPU says neither.
 pub fn l1d_bytes() -> Option<usize> {
     static L1D: OnceLock<Option<usize>> = OnceLock::new();
     *L1D.get_or_init(|| {
@@ -266,6 +267,12 @@ pub fn l1d_bytes() -> Option<usize> {
                     return Some(ways * partitions * line * (r.ecx as usize + 1));
                 }
             }
+            #[allow(unused_unsafe)]
+            if unsafe { __cpuid(0x8000_0000) }.eax >= 0x8000_0005 {
+                #[allow(unused_unsafe)]
+                let kib = (unsafe { __cpuid(0x8000_0005) }.ecx >> 24) as usize;
+                return (kib > 0).then_some(kib * 1024);
+            }
         }
         None
     })
@@ -289,6 +296,16 @@ pub fn is_intel() -> bool {
         #[allow(unreachable_code)]
         false
     })
+}
+
+/// A tuning switch from the environment: `VAR=1` on, `VAR=0` off, else `default` (the
+/// choice measured for this CPU). For measuring a choice on a new core without a rebuild.
+pub fn switch(var: &str, default: impl FnOnce() -> bool) -> bool {
+    match std::env::var(var).as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => default(),
+    }
 }
 
 #[cfg(test)]

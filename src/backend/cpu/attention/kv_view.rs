@@ -71,11 +71,7 @@ pub fn prefetch_rows(keys: &KvView, values: &KvView, len: usize, width: usize) {
 /// Whether [`prefetch_rows`] asks for anything on this CPU (see there).
 fn prefetch_pays_off() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("TOLK_ATTENTION_PREFETCH").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => !isa::is_intel(),
-    })
+    *ON.get_or_init(|| isa::switch("TOLK_ATTENTION_PREFETCH", || !isa::is_intel()))
 }
 
 /// Where [`KvView::prefetch`] brings a row.

@@ -28,7 +28,8 @@
 use super::huge_pages::Buffer;
 use super::isa::{self, Isa};
 use super::{ops, OutPtr};
-use std::sync::Mutex;
+use std::cell::Cell;
+use std::sync::{Mutex, OnceLock};
 use activations::{QuantizedRows, ACTIVATIONS};
 
 mod activations;
@@ -462,12 +463,31 @@ fn block_bytes() -> usize {
 /// alternating pairs; beam 4 (128 rows, activations past L1) ran 2-4% slower with it, and
 /// AMX within the noise. The AVX-VNNI kernel (Intel's client cores since Alder Lake) reads
 /// its panels the same way: held to it on that Xeon (2026-12-07, 250 verses, alternating),
-/// int8 greedy +4.2/+2.0/+1.2/+0.8/+3.4%, beam 4 +0.7/+2.2/+2.5%. Not measured on AMD's cores.
-/// In this order the weights are fetched a few panels ahead rather than a block ahead
-/// (`PANEL_AHEAD`).
+/// int8 greedy +4.2/+2.0/+1.2/+0.8/+3.4%, beam 4 +0.7/+2.2/+2.5%. Not measured on AMD's
+/// cores since the weights are fetched a few panels ahead in this order rather than a
+/// block ahead (`PANEL_AHEAD`): `TOLK_INT8_PANELS_OUTER=1` takes the order on any vendor's
+/// core (`=0` nowhere), to measure a new one.
 fn panels_outer(isa: Isa, groups: usize, gr: usize, kp: usize) -> bool {
     let bytes = (groups * gr + NR) * kp;
-    matches!(isa, Isa::Avx2 | Isa::AvxVnni) && groups > 1 && isa::is_intel() && isa::l1d_bytes().is_some_and(|l1d| 3 * bytes <= 2 * l1d)
+    matches!(isa, Isa::Avx2 | Isa::AvxVnni) && groups > 1 && panels_outer_here() && isa::l1d_bytes().is_some_and(|l1d| 3 * bytes <= 2 * l1d)
+}
+
+thread_local! {
+    /// A test's choice of [`panels_outer_here`] on this thread.
+    static PANELS_OUTER: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Whether this CPU takes the panel-outer order where it fits (see `panels_outer`).
+fn panels_outer_here() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    PANELS_OUTER.with(Cell::get).unwrap_or_else(|| *ON.get_or_init(|| isa::switch("TOLK_INT8_PANELS_OUTER", isa::is_intel)))
+}
+
+/// Runs `f` with the panel-outer order taken where it fits, or never, on this thread (tests:
+/// CI's cores may be any vendor's).
+#[cfg(test)]
+fn with_panels_outer<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    crate::scoped::with_local(&PANELS_OUTER, Some(on), f)
 }
 
 /// How many panels ahead the panel-outer order fetches the weights into L2: each row group's
@@ -872,6 +892,40 @@ mod tests {
                 if m > 2 && k > 100 {
                     assert_eq!(shares[0] > 0, hexadecets, "{isa:?} {m}x{n}x{k}: {shares:?}");
                     assert!(shares[1..].iter().all(|&v| v > 0), "{isa:?} {m}x{n}x{k}: {shares:?}");
+                }
+            }
+        }
+    }
+
+    /// The panel-outer order (every row group takes a panel before the next panel, each
+    /// tile fetching a share of a later one) gives the reference's bits with the AVX2 and
+    /// AVX-VNNI kernels, taken or not whatever the vendor: ragged last groups and panels,
+    /// products shorter than the fetch distance, one and two threads.
+    #[test]
+    fn the_panel_outer_order_is_exact() {
+        let kernels: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni].into_iter().filter(|i| i.is_supported()).collect();
+        if kernels.is_empty() || isa::l1d_bytes().is_none() {
+            eprintln!("skipped: no AVX2, or the CPU does not tell its L1d");
+            return;
+        }
+        let mut seed = 17;
+        for &(m, n, k) in &[(24, 200, 128), (17, 100, 260), (40, 330, 256), (9, 64, 64)] {
+            // Mostly small activations with a few large channels, so the AVX2 plan takes
+            // several kinds of step.
+            let x: Vec<f32> = (0..m * k).map(|i| lcg(&mut seed) * if i % k % 29 == 0 { 9.0 } else { 0.3 }).collect();
+            let w: Vec<f32> = (0..n * k).map(|_| lcg(&mut seed)).collect();
+            let bias: Vec<f32> = (0..n).map(|_| lcg(&mut seed)).collect();
+            let packed = PackedI8Matrix::quantize(&w, n, k);
+            let expected = reference(&x, &w, &bias, m, n, k);
+            for &level in &kernels {
+                for outer in [true, false] {
+                    let taken = with_panels_outer(outer, || panels_outer(level, m.div_ceil(MR), MR, k.div_ceil(4) * 4));
+                    assert_eq!(taken, outer, "{level:?} {m}x{n}x{k}: the order is taken as asked");
+                    for threads in [1, 2] {
+                        let mut y = vec![f32::NAN; m * n];
+                        with_panels_outer(outer, || isa::with_isa(level, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads)));
+                        assert_eq!(y, expected, "{level:?} {m}x{n}x{k} threads={threads} panel-outer={outer}");
+                    }
                 }
             }
         }

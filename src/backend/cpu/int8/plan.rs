@@ -23,7 +23,7 @@
 //! panel in two passes and lost 30% at m = 1, where the weights' bandwidth bounds it.)
 
 use super::MR;
-use crate::backend::cpu::isa::Isa;
+use crate::backend::cpu::isa::{self, Isa};
 use std::arch::x86_64::*;
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -81,7 +81,7 @@ pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
     match isa {
         Isa::Avx2 => AVX2_HEXADECETS
             .with(Cell::get)
-            .unwrap_or_else(|| *AVX2.get_or_init(|| std::env::var("TOLK_INT8_HEXADECETS").as_deref() == Ok("1"))),
+            .unwrap_or_else(|| *AVX2.get_or_init(|| isa::switch("TOLK_INT8_HEXADECETS", || false))),
         _ => true,
     }
 }
