@@ -5,6 +5,9 @@
 //! decoder's paged self-attention cache (`kv_cache`), its cross-attention keys and values per
 //! example (`memory_kv`), the compact forms attention keys and values can be kept in
 //! (`kv_storage`), and the huge pages the packed weights are allocated in (`huge_pages`).
+// Off x86-64 only the portable kernels are built: the SIMD kernels' plumbing (prefetch
+// shares, ISA matches, unsafe dispatch) is left unused there.
+#![cfg_attr(not(target_arch = "x86_64"), allow(unused_imports, unused_unsafe, dead_code))]
 pub mod attention;
 pub mod backend;
 pub mod huge_pages;

@@ -585,6 +585,7 @@ mod tests {
     /// The explicit AVX2 sum of exponentials is the portable one bit for bit (blocks,
     /// 8-lane rest, libm tail; clamped, NaN and infinite inputs).
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn explicit_avx2_sum_exp_is_bit_identical_to_the_portable_one() {
         if !isa::Isa::Avx2.is_supported() {
             return;

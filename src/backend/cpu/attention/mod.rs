@@ -768,6 +768,7 @@ mod tests {
 
     /// The explicit AVX2 and AVX-512 one-key dots give the portable one's bits.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn explicit_dots_are_bit_identical_to_the_portable_one() {
         #[allow(clippy::type_complexity)]
         let kernels: [(isa::Isa, unsafe fn(&[f32], &[f32]) -> f32); 2] =
@@ -786,6 +787,7 @@ mod tests {
     /// AVX-512 (zeros, signs and magnitudes mixed: the products of values in [-1, 1), some
     /// keys scaled up or zeroed so that sums cancel and round differently).
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn eight_keys_at_once_are_bit_identical_to_one_at_a_time() {
         #[allow(clippy::type_complexity)]
         let kernels: [(isa::Isa, unsafe fn(&[f32], [&[f32]; 8]) -> [f32; 8]); 2] =

@@ -853,6 +853,7 @@ mod tests {
     /// hexadecets, octets and quads, the sign trick), rows paired and odd, k with a tail
     /// step, and the AVX2 and AVX-512BW products stay bit-identical to the reference.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn planned_kernels_use_every_kind_and_stay_exact() {
         let planned: Vec<Isa> = [Isa::Avx2, Isa::Avx512Bw].into_iter().filter(|i| i.is_supported()).collect();
         if planned.is_empty() {
@@ -933,6 +934,7 @@ mod tests {
 
     /// A product deeper than a plan can index takes the scalar kernel, exactly.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn products_too_deep_to_plan_stay_exact() {
         let (m, n, k) = (3, 2, 4 * (u16::MAX as usize + 1));
         assert!(!plan::fits(k));
