@@ -67,3 +67,27 @@ def test_paired_bench_times_both_engines_chunk_by_chunk(tmp_path, tolk, ctransla
     assert doc["tolk_over_ct2"] == pytest.approx(rows["tolk"]["tokens_per_s"] / rows["ct2"]["tokens_per_s"])
     assert 0.0 <= doc["same_as_ct2"] <= 1.0
     assert f"Tolk/CT2 tokens/s: {doc['tolk_over_ct2']:.2f}x" in proc.stdout
+
+
+def test_ab_alternates_a_switch_in_one_process(zh_en_model):
+    """examples/ab.rs (the in-process A/B of a tuning switch) runs both settings each round,
+    prints the machine and the gains, and refuses an unknown switch by name."""
+    data = data_root_path()
+    if not os.path.exists(os.path.join(data, "dev-matthew.zh")):
+        pytest.skip("no dev-matthew data")
+    ab = os.path.join(ROOT, "target", "release", "examples", "ab")
+    if not os.path.exists(ab):
+        pytest.skip("examples not built (cargo build --release --examples)")
+    cmd = [ab, "--switch", "attention-prefetch", "--verses", "3", "--rounds", "2", "--model", zh_en_model, "--data", data]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "Tolk's ISA" in lines[0] and "3 verses, 2 rounds; switch attention-prefetch" in lines[0], lines
+    rounds = [l for l in lines if l.startswith("round ")]
+    assert [r.split(":")[0] for r in rounds] == ["round 1", "round 2"], lines
+    for r in rounds:
+        off, on = (float(r.split(f"{k} ")[1].split()[0].rstrip(",")) for k in ("off", "on"))
+        assert off > 0 and on > 0, r
+    assert lines[-1].startswith("on against off: mean ") and lines[-1].endswith("of 2 rounds"), lines
+    bad = subprocess.run([ab, "--switch", "no-such"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown switch \"no-such\"; one of int8-hexadecets, int8-panels-outer, attention-prefetch" in bad.stderr, bad.stderr

@@ -298,16 +298,6 @@ pub fn is_intel() -> bool {
     })
 }
 
-/// A tuning switch from the environment: `VAR=1` on, `VAR=0` off, else `default` (the
-/// choice measured for this CPU). For measuring a choice on a new core without a rebuild.
-pub fn switch(var: &str, default: impl FnOnce() -> bool) -> bool {
-    match std::env::var(var).as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => default(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]

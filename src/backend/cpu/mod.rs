@@ -20,6 +20,7 @@ pub mod memory_kv;
 pub mod ops;
 pub mod packed;
 pub mod team;
+pub mod tuning;
 pub mod weight;
 
 pub use backend::CpuBackend;

@@ -1,7 +1,6 @@
 //! Where the attention finds a sequence's keys and values: [`KvView`] over contiguous or
 //! paged storage, the rows and groups of 8 the kernels walk, and the prefetches that bring
 //! a decoder step's keys and values from memory ahead of use.
-use super::super::isa;
 
 /// Keys or values at a fixed stride: row `j`, head `h` is `data[j * stride + offset + h * head_dim ..]`.
 #[derive(Clone, Copy)]
@@ -70,8 +69,7 @@ pub fn prefetch_rows(keys: &KvView, values: &KvView, len: usize, width: usize) {
 
 /// Whether [`prefetch_rows`] asks for anything on this CPU (see there).
 fn prefetch_pays_off() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| isa::switch("TOLK_ATTENTION_PREFETCH", || !isa::is_intel()))
+    crate::backend::cpu::tuning::Switch::AttentionPrefetch.is_on()
 }
 
 /// Where [`KvView::prefetch`] brings a row.

@@ -29,7 +29,8 @@ use super::huge_pages::Buffer;
 use super::isa::{self, Isa};
 use super::{ops, OutPtr};
 use std::cell::Cell;
-use std::sync::{Mutex, OnceLock};
+use super::tuning::Switch;
+use std::sync::Mutex;
 use activations::{QuantizedRows, ACTIVATIONS};
 
 mod activations;
@@ -466,7 +467,7 @@ fn block_bytes() -> usize {
 /// int8 greedy +4.2/+2.0/+1.2/+0.8/+3.4%, beam 4 +0.7/+2.2/+2.5%. Not measured on AMD's
 /// cores since the weights are fetched a few panels ahead in this order rather than a
 /// block ahead (`PANEL_AHEAD`): `TOLK_INT8_PANELS_OUTER=1` takes the order on any vendor's
-/// core (`=0` nowhere), to measure a new one.
+/// core (`=0` nowhere), to measure a new one (`tuning::Switch::Int8PanelsOuter`).
 fn panels_outer(isa: Isa, groups: usize, gr: usize, kp: usize) -> bool {
     let bytes = (groups * gr + NR) * kp;
     matches!(isa, Isa::Avx2 | Isa::AvxVnni) && groups > 1 && panels_outer_here() && isa::l1d_bytes().is_some_and(|l1d| 3 * bytes <= 2 * l1d)
@@ -479,8 +480,7 @@ thread_local! {
 
 /// Whether this CPU takes the panel-outer order where it fits (see `panels_outer`).
 fn panels_outer_here() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    PANELS_OUTER.with(Cell::get).unwrap_or_else(|| *ON.get_or_init(|| isa::switch("TOLK_INT8_PANELS_OUTER", isa::is_intel)))
+    PANELS_OUTER.with(Cell::get).unwrap_or_else(|| Switch::Int8PanelsOuter.is_on())
 }
 
 /// Runs `f` with the panel-outer order taken where it fits, or never, on this thread (tests:

@@ -23,10 +23,10 @@
 //! panel in two passes and lost 30% at m = 1, where the weights' bandwidth bounds it.)
 
 use super::MR;
-use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::isa::Isa;
+use crate::backend::cpu::tuning::Switch;
 use std::arch::x86_64::*;
 use std::cell::Cell;
-use std::sync::OnceLock;
 
 /// Calls `$body` with `$i` bound to each set bit of the mask words `$words`, ascending.
 macro_rules! for_each_bit {
@@ -66,7 +66,8 @@ thread_local! {
 /// 235-280 vs 222-236; zh-en int8 greedy 1167-1196 vs 1039-1059 tokens/s, beam 4 375-434
 /// vs 363-379). Only Sapphire Rapids and an earlier Zen 5 favoured hexadecets, measured
 /// with the older kernel (2026-11-21/25). So the 256-bit kernel takes octets by default;
-/// `TOLK_INT8_HEXADECETS=1` turns hexadecets on (`=0` off), to measure a new core.
+/// `TOLK_INT8_HEXADECETS=1` turns hexadecets on (`=0` off), to measure a new core
+/// (`tuning::Switch::Int8Hexadecets`).
 /// (The spill is not what holds them back on Zen 3: written in assembly within the 16
 /// registers, a pair's hexadecets ran at 181 GOP/s against octets' 150 in a loop over L1
 /// with every step planned alike, yet a whole tile with a real plan, 83% hexadecets, ran
@@ -77,11 +78,8 @@ thread_local! {
 /// registers and no spill, was no faster either in whole products or in translation
 /// (hexadecets are 14% faster than octets in registers there); bench/RESULTS.md, 2026-12-07.)
 pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
-    static AVX2: OnceLock<bool> = OnceLock::new();
     match isa {
-        Isa::Avx2 => AVX2_HEXADECETS
-            .with(Cell::get)
-            .unwrap_or_else(|| *AVX2.get_or_init(|| isa::switch("TOLK_INT8_HEXADECETS", || false))),
+        Isa::Avx2 => AVX2_HEXADECETS.with(Cell::get).unwrap_or_else(|| Switch::Int8Hexadecets.is_on()),
         _ => true,
     }
 }
