@@ -14,9 +14,9 @@ pub enum Switch {
     /// The AVX2 int8 kernel takes hexadecets (16-k steps summed in int16) where the plan
     /// allows, not only octets (`int8::plan::hexadecets_pay_off`). Default off.
     Int8Hexadecets,
-    /// The AVX2 / AVX-VNNI int8 products take a panel at a time across every row group,
-    /// fetching the weights two panels ahead, where the groups' activations fit L1
-    /// (`int8::panels_outer`). Default on Intel's cores.
+    /// The AVX2 / AVX-VNNI int8 products take a panel at a time across the row groups
+    /// whose activations fit L1 (a pass), fetching the weights two panels ahead
+    /// (`int8::outer_pass_groups`). Default on Intel's cores.
     Int8PanelsOuter,
     /// A decoder step's keys and values are asked for ahead in a burst
     /// (`attention::kv_view::prefetch_rows`). Default off on Intel's cores.

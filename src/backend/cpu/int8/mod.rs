@@ -454,23 +454,37 @@ fn block_bytes() -> usize {
     }
 }
 
-/// Whether a block's panels are taken one at a time by every row group, rather than each
-/// group taking the whole block in turn. Each panel is then read from L2 or memory once,
-/// by the first group, and from L1 by the others, provided the groups' activations stay in
-/// L1 beside it (here: both within two thirds of L1d). Measured only where it pays: on a
-/// Xeon with AMX held to AVX2 (48 KiB L1d, 2026-12-07) a tile's first unit took twice
-/// the time of the others when it read the panel from L2 and fetched its share of the next
-/// block, and this order made int8 greedy (32 rows at k = 512) 1.5-7% faster in 7 of 8
-/// alternating pairs; beam 4 (128 rows, activations past L1) ran 2-4% slower with it, and
-/// AMX within the noise. The AVX-VNNI kernel (Intel's client cores since Alder Lake) reads
-/// its panels the same way: held to it on that Xeon (2026-12-07, 250 verses, alternating),
-/// int8 greedy +4.2/+2.0/+1.2/+0.8/+3.4%, beam 4 +0.7/+2.2/+2.5%. Not measured on AMD's
-/// cores since the weights are fetched a few panels ahead in this order rather than a
-/// block ahead (`PANEL_AHEAD`): `TOLK_INT8_PANELS_OUTER=1` takes the order on any vendor's
-/// core (`=0` nowhere), to measure a new one (`tuning::Switch::Int8PanelsOuter`).
-fn panels_outer(isa: Isa, groups: usize, gr: usize, kp: usize) -> bool {
-    let bytes = (groups * gr + NR) * kp;
-    matches!(isa, Isa::Avx2 | Isa::AvxVnni) && groups > 1 && panels_outer_here() && isa::l1d_bytes().is_some_and(|l1d| 3 * bytes <= 2 * l1d)
+/// How many row groups take a block's panels one at a time (a panel by each group of the
+/// pass, then the next panel), rather than each group taking the whole block in turn; 0
+/// for the order by groups. Each panel is then read from L2 or memory once a pass, by its
+/// first group, and from L1 by the others, provided the pass's activations stay in L1
+/// beside it (here: both within two thirds of L1d), so a pass holds as many groups as fit,
+/// all of them where all fit. Measured only where it pays: on a Xeon with AMX held to AVX2
+/// (48 KiB L1d, 2026-12-07) a tile's first unit took twice the time of the others when it
+/// read the panel from L2 and fetched its share of the next block, and this order over
+/// all groups made int8 greedy (32 rows at k = 512) 1.5-7% faster in 7 of 8 alternating
+/// pairs. The AVX-VNNI kernel (Intel's client cores since Alder Lake) reads its panels the
+/// same way: held to it on that Xeon (2026-12-07, 250 verses, alternating), int8 greedy
+/// +4.2/+2.0/+1.2/+0.8/+3.4%, beam 4 +0.7/+2.2/+2.5%. Beam 4's 128 rows do not fit; taken
+/// in passes of 4 groups (32 rows) once the pass's first group fetched the weights two
+/// panels ahead (`PANEL_AHEAD`), int8 beam 4 ran +3.3/+4.1/+6.0/+3.0/-0.2% at AVX2 and
+/// +3.4/+1.1/+1.3/+2.2% at AVX-VNNI (alternating in one process, 120 verses); passes of 2
+/// groups alike, of 6 +1.7% and of 8 (past L1) +0.0%; greedy (the encoder's products of
+/// 1280 rows) +1.0% in the mean of 5. Not measured on AMD's cores since the weights are
+/// fetched panels ahead: `TOLK_INT8_PANELS_OUTER=1` takes the order on any vendor's core
+/// (`=0` nowhere), to measure a new one (`tuning::Switch::Int8PanelsOuter`; on 32 KiB of
+/// L1d a pass at k = 512 holds one group, so only fewer rows or shallower products take
+/// it there).
+fn outer_pass_groups(isa: Isa, groups: usize, gr: usize, kp: usize) -> usize {
+    if !matches!(isa, Isa::Avx2 | Isa::AvxVnni) || groups < 2 || !panels_outer_here() {
+        return 0;
+    }
+    // Rows whose activations fit beside a panel (NR columns of kp bytes) in 2/3 of L1d.
+    let rows = isa::l1d_bytes().map_or(0, |l1d| (2 * l1d / 3 / kp.max(1)).saturating_sub(NR));
+    match (rows / gr).min(groups) {
+        pass if pass >= 2 => pass,
+        _ => 0,
+    }
 }
 
 thread_local! {
@@ -478,7 +492,7 @@ thread_local! {
     static PANELS_OUTER: Cell<Option<bool>> = const { Cell::new(None) };
 }
 
-/// Whether this CPU takes the panel-outer order where it fits (see `panels_outer`).
+/// Whether this CPU takes the panel-outer order where it fits (see `outer_pass_groups`).
 fn panels_outer_here() -> bool {
     PANELS_OUTER.with(Cell::get).unwrap_or_else(|| Switch::Int8PanelsOuter.is_on())
 }
@@ -533,7 +547,8 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
     // 2026-12-07, AVX2 int8 greedy in alternating pairs: +1.2% in the mean of 6 with the
     // growth switched in one build, +0.3% of 5 build against build; AMX greedy +0.4..+3.0%
     // and alike; AVX2 beam 4 -0.7..+2.4%; blocks grown on to the whole 512 KiB 2% slower).
-    let outer = panels_outer(isa, groups, gr, a.kp);
+    let pass = outer_pass_groups(isa, groups, gr, a.kp);
+    let outer = pass > 0;
     let whole = (block_bytes() / (a.kp * NR)).max(1);
     let block = if groups > 1 { whole.min(panels.div_ceil(8).max(2)) } else { whole };
     let run = |p0: usize, p1: usize| {
@@ -584,7 +599,8 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
             let epilogues = &epilogues[..b1 - b0];
             // The first group streams the block from memory; the others fetch the next block
             // into L2 meanwhile, each tile a share, so no group waits for memory (in the
-            // panel-outer order every tile fetches a share of a later panel instead).
+            // panel-outer order every tile of the first pass fetches a share of a later
+            // panel instead).
             let next = w.panels(b1, (b1 + next_size).min(p1));
             let tiles = (groups - 1) * (b1 - b0);
             // The block's column b0 * NR of row 0, and the distance between rows.
@@ -600,10 +616,10 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                 let (ag, e) = (a.group(g), &epilogues[p - b0]);
                 let panel = w.panel(p);
                 let prefetch = if outer {
-                    // Each group's tile a share of the panel `PANEL_AHEAD` later (this
-                    // thread's).
-                    if p + PANEL_AHEAD < p1 {
-                        line_share(w.panel(p + PANEL_AHEAD), g, groups)
+                    // Each tile of the first pass a share of the panel `PANEL_AHEAD` later
+                    // (this thread's); the later passes find the block in L2.
+                    if p + PANEL_AHEAD < p1 && g < pass {
+                        line_share(w.panel(p + PANEL_AHEAD), g, pass)
                     } else {
                         &next[..0]
                     }
@@ -651,9 +667,11 @@ fn run_panels(a: &QuantizedRows, w: &PackedI8Matrix, bias: Option<&[f32]>, relu:
                 }
             };
             if outer {
-                for p in b0..b1 {
-                    for g in 0..groups {
-                        tile(g, p);
+                for g0 in (0..groups).step_by(pass) {
+                    for p in b0..b1 {
+                        for g in g0..(g0 + pass).min(groups) {
+                            tile(g, p);
+                        }
                     }
                 }
             } else {
@@ -898,10 +916,11 @@ mod tests {
         }
     }
 
-    /// The panel-outer order (every row group takes a panel before the next panel, each
-    /// tile fetching a share of a later one) gives the reference's bits with the AVX2 and
-    /// AVX-VNNI kernels, taken or not whatever the vendor: ragged last groups and panels,
-    /// products shorter than the fetch distance, one and two threads.
+    /// The panel-outer order (every row group of a pass takes a panel before the next
+    /// panel, the first pass's tiles fetching shares of a later one) gives the reference's
+    /// bits with the AVX2 and AVX-VNNI kernels, taken or not whatever the vendor: one pass
+    /// or several (more rows than fit L1), ragged last groups, passes and panels, products
+    /// shorter than the fetch distance, one and two threads.
     #[test]
     fn the_panel_outer_order_is_exact() {
         let kernels: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni].into_iter().filter(|i| i.is_supported()).collect();
@@ -910,7 +929,7 @@ mod tests {
             return;
         }
         let mut seed = 17;
-        for &(m, n, k) in &[(24, 200, 128), (17, 100, 260), (40, 330, 256), (9, 64, 64)] {
+        for &(m, n, k) in &[(24, 200, 128), (17, 100, 260), (40, 330, 256), (9, 64, 64), (300, 70, 128)] {
             // Mostly small activations with a few large channels, so the AVX2 plan takes
             // several kinds of step.
             let x: Vec<f32> = (0..m * k).map(|i| lcg(&mut seed) * if i % k % 29 == 0 { 9.0 } else { 0.3 }).collect();
@@ -920,8 +939,15 @@ mod tests {
             let expected = reference(&x, &w, &bias, m, n, k);
             for &level in &kernels {
                 for outer in [true, false] {
-                    let taken = with_panels_outer(outer, || panels_outer(level, m.div_ceil(MR), MR, k.div_ceil(4) * 4));
-                    assert_eq!(taken, outer, "{level:?} {m}x{n}x{k}: the order is taken as asked");
+                    let groups = m.div_ceil(MR);
+                    let pass = with_panels_outer(outer, || outer_pass_groups(level, groups, MR, k.div_ceil(4) * 4));
+                    // 300 rows at k = 128 pass L1 (96 KiB of activations): several passes.
+                    let want = match (outer, m) {
+                        (false, _) => 0..=0,
+                        (true, 300) => 2..=groups - 1,
+                        (true, _) => groups..=groups,
+                    };
+                    assert!(want.contains(&pass), "{level:?} {m}x{n}x{k}: passes of {pass} groups, asked {outer}");
                     for threads in [1, 2] {
                         let mut y = vec![f32::NAN; m * n];
                         with_panels_outer(outer, || isa::with_isa(level, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads)));
