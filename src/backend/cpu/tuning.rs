@@ -14,7 +14,7 @@ pub enum Switch {
     /// The AVX2 int8 kernel takes hexadecets (16-k steps summed in int16) where the plan
     /// allows, not only octets (`int8::plan::hexadecets_pay_off`). Default off.
     Int8Hexadecets,
-    /// The AVX2 / AVX-VNNI int8 products take a panel at a time across the row groups
+    /// The int8 products without AMX take a panel at a time across the row groups
     /// whose activations fit L1 (a pass), fetching the weights two panels ahead
     /// (`int8::outer_pass_groups`). Default on Intel's cores.
     Int8PanelsOuter,

@@ -18,23 +18,20 @@ use std::arch::x86_64::*;
 /// unit), then the odd one.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn tile(x: &[u8], plan: &GroupPlan, panel: &[u8], kp: usize, t: &TileOut) {
-    // Only the first unit fetches the tile's share of the next block; the others are
-    // instantiated without the prefetcher's per-step check.
+    // The first unit fetches the tile's share of the next block, or each unit its part of
+    // a spread share; units with nothing to fetch are instantiated without the
+    // prefetcher's per-step check.
+    let (units, steps) = (t.rows.div_ceil(2), kp / 8);
     let mut r = 0;
-    while r + 2 <= t.rows {
-        if r == 0 && !t.prefetch.is_empty() {
-            unit::<2, true>(x, plan, r, panel, kp, t);
-        } else {
-            unit::<2, false>(x, plan, r, panel, kp, t);
+    while r < t.rows {
+        let pf = Prefetcher::of_unit(t, r / 2, units, steps);
+        match (t.rows - r >= 2, pf.is_empty()) {
+            (true, false) => unit::<2, true>(x, plan, r, panel, t, pf),
+            (true, true) => unit::<2, false>(x, plan, r, panel, t, pf),
+            (false, false) => unit::<1, true>(x, plan, r, panel, t, pf),
+            (false, true) => unit::<1, false>(x, plan, r, panel, t, pf),
         }
         r += 2;
-    }
-    if r < t.rows {
-        if r == 0 && !t.prefetch.is_empty() {
-            unit::<1, true>(x, plan, r, panel, kp, t);
-        } else {
-            unit::<1, false>(x, plan, r, panel, kp, t);
-        }
     }
 }
 
@@ -55,13 +52,12 @@ unsafe fn load_weights(w: *const u8, g: usize, j: usize) -> __m512i {
 #[inline]
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], kp: usize, t: &TileOut) {
+unsafe fn unit<const R: usize, const PREFETCH: bool>(x: &[u8], plan: &GroupPlan, r0: usize, panel: &[u8], t: &TileOut, mut pf: Prefetcher) {
     let (a, w) = (x.as_ptr(), panel.as_ptr());
     let unit = r0 / 2;
     let [hexadecets, octets, quads, exact] = plan.step_lists(unit);
     let ones = _mm512_set1_epi16(1);
     let mut s = [[_mm512_setzero_si512(); 2]; R];
-    let mut pf = Prefetcher::new(if PREFETCH { t.prefetch } else { &[] }, kp / 8);
     for &h in hexadecets {
         if PREFETCH {
             pf.step();

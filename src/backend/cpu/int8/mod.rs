@@ -470,13 +470,18 @@ fn block_bytes() -> usize {
 /// panels ahead (`PANEL_AHEAD`), int8 beam 4 ran +3.3/+4.1/+6.0/+3.0/-0.2% at AVX2 and
 /// +3.4/+1.1/+1.3/+2.2% at AVX-VNNI (alternating in one process, 120 verses); passes of 2
 /// groups alike, of 6 +1.7% and of 8 (past L1) +0.0%; greedy (the encoder's products of
-/// 1280 rows) +1.0% in the mean of 5. Not measured on AMD's cores since the weights are
+/// 1280 rows) +1.0% in the mean of 5. The 512-bit kernels gain more, though they take a
+/// group's rows in one pass over the panel (AVX-512 VNNI) or in pairs (AVX-512BW): on the
+/// same Xeon (`examples/ab`, the order on and off in turn, 4 rounds each) int8 greedy
+/// +5.8% (4 of 4) and +8.6% (4 of 4; +4.7% before its units spread their fetches as the
+/// AVX2 kernel's do), beam 4 +0.2% and +2.6%. AMX's groups of 32 rows fill the pass at
+/// k = 512. Not measured on AMD's cores since the weights are
 /// fetched panels ahead: `TOLK_INT8_PANELS_OUTER=1` takes the order on any vendor's core
 /// (`=0` nowhere), to measure a new one (`tuning::Switch::Int8PanelsOuter`; on 32 KiB of
 /// L1d a pass at k = 512 holds one group, so only fewer rows or shallower products take
 /// it there).
 fn outer_pass_groups(isa: Isa, groups: usize, gr: usize, kp: usize) -> usize {
-    if !matches!(isa, Isa::Avx2 | Isa::AvxVnni) || groups < 2 || !panels_outer_here() {
+    if !matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Bw | Isa::Avx512Vnni) || groups < 2 || !panels_outer_here() {
         return 0;
     }
     // Rows whose activations fit beside a panel (NR columns of kp bytes) in 2/3 of L1d.
@@ -918,12 +923,12 @@ mod tests {
 
     /// The panel-outer order (every row group of a pass takes a panel before the next
     /// panel, the first pass's tiles fetching shares of a later one) gives the reference's
-    /// bits with the AVX2 and AVX-VNNI kernels, taken or not whatever the vendor: one pass
-    /// or several (more rows than fit L1), ragged last groups, passes and panels, products
-    /// shorter than the fetch distance, one and two threads.
+    /// bits with the AVX2, AVX-VNNI and AVX-512 kernels, taken or not whatever the vendor:
+    /// one pass or several (more rows than fit L1), ragged last groups, passes and panels,
+    /// products shorter than the fetch distance, one and two threads.
     #[test]
     fn the_panel_outer_order_is_exact() {
-        let kernels: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni].into_iter().filter(|i| i.is_supported()).collect();
+        let kernels: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Bw, Isa::Avx512Vnni].into_iter().filter(|i| i.is_supported()).collect();
         if kernels.is_empty() || isa::l1d_bytes().is_none() {
             eprintln!("skipped: no AVX2, or the CPU does not tell its L1d");
             return;
