@@ -10,7 +10,7 @@
 //! alone, 4% slower at k = 512 and no faster end to end).
 
 use super::plan::GroupPlan;
-use super::x86::Prefetcher;
+use super::x86::{by_planned_units, Prefetcher};
 use super::{TileOut, NR};
 use std::arch::x86_64::*;
 
@@ -18,21 +18,7 @@ use std::arch::x86_64::*;
 /// unit), then the odd one.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn tile(x: &[u8], plan: &GroupPlan, panel: &[u8], kp: usize, t: &TileOut) {
-    // The first unit fetches the tile's share of the next block, or each unit its part of
-    // a spread share; units with nothing to fetch are instantiated without the
-    // prefetcher's per-step check.
-    let (units, steps) = (t.rows.div_ceil(2), kp / 8);
-    let mut r = 0;
-    while r < t.rows {
-        let pf = Prefetcher::of_unit(t, r / 2, units, steps);
-        match (t.rows - r >= 2, pf.is_empty()) {
-            (true, false) => unit::<2, true>(x, plan, r, panel, t, pf),
-            (true, true) => unit::<2, false>(x, plan, r, panel, t, pf),
-            (false, false) => unit::<1, true>(x, plan, r, panel, t, pf),
-            (false, true) => unit::<1, false>(x, plan, r, panel, t, pf),
-        }
-        r += 2;
-    }
+    by_planned_units!(unit; x, plan, panel, kp, t)
 }
 
 /// The 4 activation bytes of row `r` in step `g`, broadcast.

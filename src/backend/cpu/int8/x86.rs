@@ -128,7 +128,29 @@ macro_rules! by_row_pairs {
     }};
 }
 
-pub(super) use {by_row_pairs, by_rows};
+/// Runs a planned kernel's `$unit::<R, PREFETCH>(x, plan, r, panel, t, prefetcher)` over
+/// the tile's rows two at a time (a unit), then the odd one. The first unit fetches the
+/// tile's share of the next block, or each unit its part of a spread share
+/// (`Prefetcher::of_unit`, a fetch per 8 k); units with nothing to fetch are instantiated
+/// without the prefetcher's per-step check.
+macro_rules! by_planned_units {
+    ($unit:ident; $x:expr, $plan:expr, $panel:expr, $kp:expr, $t:expr) => {{
+        let (units, steps) = ($t.rows.div_ceil(2), $kp / 8);
+        let mut r = 0;
+        while r < $t.rows {
+            let pf = Prefetcher::of_unit($t, r / 2, units, steps);
+            match ($t.rows - r >= 2, pf.is_empty()) {
+                (true, false) => $unit::<2, true>($x, $plan, r, $panel, $t, pf),
+                (true, true) => $unit::<2, false>($x, $plan, r, $panel, $t, pf),
+                (false, false) => $unit::<1, true>($x, $plan, r, $panel, $t, pf),
+                (false, true) => $unit::<1, false>($x, $plan, r, $panel, $t, pf),
+            }
+            r += 2;
+        }
+    }};
+}
+
+pub(super) use {by_planned_units, by_row_pairs, by_rows};
 
 /// 64 stored weight bytes at `w` as the signed weights.
 #[inline]
