@@ -6,11 +6,14 @@
 //!
 //! ```sh
 //! cargo run --release --example ab -- --switch int8-panels-outer --isa avx2 [--beam 1]
-//!     [--verses 250] [--rounds 6] [--compute-type int8] [--model DIR] [--data DIR]
+//!     [--verses 250] [--rounds 6] [--compute-type int8] [--model DIR] [--source FILE]
 //! ```
 //! Switches: int8-hexadecets, int8-panels-outer, attention-prefetch. Models and data as the
 //! tests find them: `$TOLK_MODELS` (holding `zh-en-ct2/`), `$TOLK_DATA` (holding
-//! `dev-matthew.zh`), else `../shared/...`, else `models/` and `data/`.
+//! `dev-matthew.zh`), else `../shared/...`, else `models/` and `data/`. Another model takes
+//! its package's decoding options (a Marian package's beam and shortlist) and its source
+//! language's verses: `--model models/en-pt-bergamot --source data/dev-matthew.en`; the
+//! compute type is then the model's own unless `--compute-type` names one.
 use std::path::PathBuf;
 use std::time::Instant;
 use tolk::backend::cpu::tuning::Switch;
@@ -18,12 +21,12 @@ use tolk::backend::cpu::tuning::Switch;
 struct Args {
     switch: Switch,
     isa: Option<String>,
-    beam: usize,
+    beam: Option<usize>,
     verses: usize,
     rounds: usize,
-    compute_type: String,
-    model: PathBuf,
-    data: PathBuf,
+    compute_type: Option<String>,
+    model: Option<PathBuf>,
+    source: PathBuf,
 }
 
 fn found(var: &str, shared: &str, local: &str) -> PathBuf {
@@ -34,12 +37,12 @@ fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         switch: Switch::Int8PanelsOuter,
         isa: None,
-        beam: 1,
+        beam: None,
         verses: 250,
         rounds: 6,
-        compute_type: "int8".into(),
-        model: found("TOLK_MODELS", "../shared/models", "models").join("zh-en-ct2"),
-        data: found("TOLK_DATA", "../shared/data", "data"),
+        compute_type: None,
+        model: None,
+        source: found("TOLK_DATA", "../shared/data", "data").join("dev-matthew.zh"),
     };
     let mut switch = None;
     let mut it = std::env::args().skip(1);
@@ -53,12 +56,12 @@ fn parse_args() -> Result<Args, String> {
                 switch = Some(Switch::parse(&v).ok_or(format!("unknown switch {v:?}; one of {}", names.join(", ")))?);
             }
             "--isa" => a.isa = Some(value()?),
-            "--beam" => a.beam = number(value()?)?.max(1),
+            "--beam" => a.beam = Some(number(value()?)?.max(1)),
             "--verses" => a.verses = number(value()?)?.max(1),
             "--rounds" => a.rounds = number(value()?)?.max(1),
-            "--compute-type" => a.compute_type = value()?,
-            "--model" => a.model = value()?.into(),
-            "--data" => a.data = value()?.into(),
+            "--compute-type" => a.compute_type = Some(value()?),
+            "--model" => a.model = Some(value()?.into()),
+            "--source" => a.source = value()?.into(),
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -81,13 +84,23 @@ fn run(a: &Args) -> Result<(), String> {
         // Before anything reads the level (the first product does).
         std::env::set_var("TOLK_CPU_ISA", isa);
     }
-    let compute = tolk::ComputeType::parse(&a.compute_type).map_err(|e| e.to_string())?;
-    let model = tolk::Model::load_with(&a.model, compute).map_err(|e| e.to_string())?;
+    // zh-en in int8, greedy, batches of 32 (bench.py's settings) unless told otherwise.
+    let zh_en = found("TOLK_MODELS", "../shared/models", "models").join("zh-en-ct2");
+    let compute = match (&a.compute_type, &a.model) {
+        (Some(c), _) => tolk::ComputeType::parse(c).map_err(|e| e.to_string())?,
+        (None, Some(_)) => tolk::ComputeType::Default,
+        (None, None) => tolk::ComputeType::parse("int8").map_err(|e| e.to_string())?,
+    };
+    let model = tolk::Model::load_with(a.model.as_ref().unwrap_or(&zh_en), compute).map_err(|e| e.to_string())?;
     let tokenizer = model.tokenizer().ok_or("the model has no SentencePiece model beside it")?;
-    let text = std::fs::read_to_string(a.data.join("dev-matthew.zh")).map_err(|e| format!("{}: {e}", a.data.join("dev-matthew.zh").display()))?;
+    let text = std::fs::read_to_string(&a.source).map_err(|e| format!("{}: {e}", a.source.display()))?;
     let source: Vec<Vec<String>> = text.lines().take(a.verses).map(|l| tokenizer.encode(l).into_iter().map(|p| p.piece).collect()).collect();
     let translator = tolk::Translator::with_config(&model, &Default::default()).map_err(|e| e.to_string())?;
-    let options = tolk::TranslateOptions { beam_size: a.beam, max_batch_size: 32, ..Default::default() };
+    let mut options = translator.default_options();
+    if a.model.is_none() {
+        (options.beam_size, options.max_batch_size) = (1, 32);
+    }
+    options.beam_size = a.beam.unwrap_or(options.beam_size);
     let translate = || -> Result<f64, String> {
         let t = Instant::now();
         let results = translator.translate_batch(&source, None, &options).map_err(|e| e.to_string())?;
@@ -95,11 +108,12 @@ fn run(a: &Args) -> Result<(), String> {
         Ok(tokens as f64 / t.elapsed().as_secs_f64())
     };
     println!(
-        "{}; Tolk's ISA {}; {} {}, {} verses, {} rounds; switch {} (default here: {})",
+        "{}; Tolk's ISA {}; {}: {}, {}, {} verses, {} rounds; switch {} (default here: {})",
         cpu_model(),
         tolk::backend::cpu::isa::current().name(),
-        a.compute_type,
-        if a.beam == 1 { "greedy".to_string() } else { format!("beam {}", a.beam) },
+        model.translation_model().description(),
+        format!("{:?}", model.compute_type()).to_lowercase(),
+        if options.beam_size == 1 { "greedy".to_string() } else { format!("beam {}", options.beam_size) },
         source.len(),
         a.rounds,
         a.switch.name(),

@@ -78,11 +78,12 @@ def test_ab_alternates_a_switch_in_one_process(zh_en_model):
     ab = os.path.join(ROOT, "target", "release", "examples", "ab")
     if not os.path.exists(ab):
         pytest.skip("examples not built (cargo build --release --examples)")
-    cmd = [ab, "--switch", "attention-prefetch", "--verses", "3", "--rounds", "2", "--model", zh_en_model, "--data", data]
+    cmd = [ab, "--switch", "attention-prefetch", "--verses", "3", "--rounds", "2", "--beam", "1", "--model", zh_en_model,
+           "--source", os.path.join(data, "dev-matthew.zh")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert "Tolk's ISA" in lines[0] and "3 verses, 2 rounds; switch attention-prefetch" in lines[0], lines
+    assert "Tolk's ISA" in lines[0] and "greedy, 3 verses, 2 rounds; switch attention-prefetch" in lines[0], lines
     rounds = [l for l in lines if l.startswith("round ")]
     assert [r.split(":")[0] for r in rounds] == ["round 1", "round 2"], lines
     for r in rounds:
