@@ -26,6 +26,13 @@ pub enum Switch {
 /// 0: no override; 1: on; 2: off. One per switch, process-wide.
 static OVERRIDES: [AtomicU8; 3] = [AtomicU8::new(0), AtomicU8::new(0), AtomicU8::new(0)];
 
+#[cfg(test)]
+thread_local! {
+    /// A test's settings on its own thread ([`Switch::with`]), before the process-wide
+    /// ones: tests run side by side in one process.
+    static ON_THIS_THREAD: std::cell::Cell<[Option<bool>; 3]> = const { std::cell::Cell::new([None; 3]) };
+}
+
 impl Switch {
     pub const ALL: [Switch; 3] = [Switch::Int8Hexadecets, Switch::Int8PanelsOuter, Switch::AttentionPrefetch];
 
@@ -63,6 +70,10 @@ impl Switch {
     /// Whether the choice is taken: [`Switch::set`]'s override, else the environment's,
     /// else the measured default.
     pub fn is_on(self) -> bool {
+        #[cfg(test)]
+        if let Some(on) = ON_THIS_THREAD.with(std::cell::Cell::get)[self as usize] {
+            return on;
+        }
         static FROM_ENV: [OnceLock<bool>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
         match OVERRIDES[self as usize].load(Ordering::Relaxed) {
             1 => true,
@@ -80,6 +91,15 @@ impl Switch {
     pub fn set(self, on: Option<bool>) {
         OVERRIDES[self as usize].store(on.map_or(0, |on| if on { 1 } else { 2 }), Ordering::Relaxed);
     }
+
+    /// Runs `f` with the choice set to `on` on this thread only (tests: products decide on
+    /// the calling thread).
+    #[cfg(test)]
+    pub(crate) fn with<R>(self, on: bool, f: impl FnOnce() -> R) -> R {
+        let mut settings = ON_THIS_THREAD.with(std::cell::Cell::get);
+        settings[self as usize] = Some(on);
+        crate::scoped::with_local(&ON_THIS_THREAD, settings, f)
+    }
 }
 
 #[cfg(test)]
@@ -93,7 +113,8 @@ mod tests {
             assert!(s.env_var().starts_with("TOLK_"));
         }
         assert_eq!(Switch::parse("no-such-switch"), None);
-        // Only this test sets the attention switch (the others' tests override per thread).
+        // Only this test sets the attention switch process-wide (the others' tests set
+        // theirs per thread).
         let s = Switch::AttentionPrefetch;
         let before = s.is_on();
         for on in [true, false] {

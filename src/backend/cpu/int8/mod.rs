@@ -29,7 +29,6 @@ use super::huge_pages::Buffer;
 use super::isa::{self, Isa};
 use super::tuning::Switch;
 use super::{ops, OutPtr};
-use std::cell::Cell;
 use std::sync::Mutex;
 use activations::{QuantizedRows, ACTIVATIONS};
 
@@ -481,7 +480,7 @@ fn block_bytes() -> usize {
 /// L1d a pass at k = 512 holds one group, so only fewer rows or shallower products take
 /// it there).
 fn outer_pass_groups(isa: Isa, groups: usize, gr: usize, kp: usize) -> usize {
-    if !matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Bw | Isa::Avx512Vnni) || groups < 2 || !panels_outer_here() {
+    if !matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Bw | Isa::Avx512Vnni) || groups < 2 || !Switch::Int8PanelsOuter.is_on() {
         return 0;
     }
     // Rows whose activations fit beside a panel (NR columns of kp bytes) in 2/3 of L1d.
@@ -490,23 +489,6 @@ fn outer_pass_groups(isa: Isa, groups: usize, gr: usize, kp: usize) -> usize {
         pass if pass >= 2 => pass,
         _ => 0,
     }
-}
-
-thread_local! {
-    /// A test's choice of [`panels_outer_here`] on this thread.
-    static PANELS_OUTER: Cell<Option<bool>> = const { Cell::new(None) };
-}
-
-/// Whether this CPU takes the panel-outer order where it fits (see `outer_pass_groups`).
-fn panels_outer_here() -> bool {
-    PANELS_OUTER.with(Cell::get).unwrap_or_else(|| Switch::Int8PanelsOuter.is_on())
-}
-
-/// Runs `f` with the panel-outer order taken where it fits, or never, on this thread (tests:
-/// CI's cores may be any vendor's).
-#[cfg(test)]
-fn with_panels_outer<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    crate::scoped::with_local(&PANELS_OUTER, Some(on), f)
 }
 
 /// How many panels ahead the panel-outer order fetches the weights into L2: each row group's
@@ -908,7 +890,7 @@ mod tests {
             for (isa, hexadecets) in runs {
                 for threads in [1, 2] {
                     let mut y = vec![f32::NAN; m * n];
-                    plan::with_avx2_hexadecets(hexadecets, || isa::with_isa(isa, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads)));
+                    Switch::Int8Hexadecets.with(hexadecets, || isa::with_isa(isa, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads)));
                     assert_eq!(y, expected, "{isa:?} {m}x{n}x{k} threads={threads} hexadecets={hexadecets}");
                 }
                 let shares = ACTIVATIONS.with(|a| a.borrow().plans.kernel_shares());
@@ -947,7 +929,7 @@ mod tests {
             for &level in &kernels {
                 for outer in [true, false] {
                     let groups = m.div_ceil(MR);
-                    let pass = with_panels_outer(outer, || outer_pass_groups(level, groups, MR, k.div_ceil(4) * 4));
+                    let pass = Switch::Int8PanelsOuter.with(outer, || outer_pass_groups(level, groups, MR, k.div_ceil(4) * 4));
                     let want = match outer {
                         false => 0..=0,
                         true if m == many => 2..=groups - 1,
@@ -956,7 +938,7 @@ mod tests {
                     assert!(want.contains(&pass), "{level:?} {m}x{n}x{k}: passes of {pass} groups, asked {outer}");
                     for threads in [1, 2] {
                         let mut y = vec![f32::NAN; m * n];
-                        with_panels_outer(outer, || isa::with_isa(level, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads)));
+                        Switch::Int8PanelsOuter.with(outer, || isa::with_isa(level, || matmul_i8(&x, &packed, Some(&bias), &mut y, m, threads)));
                         assert_eq!(y, expected, "{level:?} {m}x{n}x{k} threads={threads} panel-outer={outer}");
                     }
                 }

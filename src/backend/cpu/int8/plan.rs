@@ -26,7 +26,6 @@ use super::MR;
 use crate::backend::cpu::isa::Isa;
 use crate::backend::cpu::tuning::Switch;
 use std::arch::x86_64::*;
-use std::cell::Cell;
 
 /// Calls `$body` with `$i` bound to each set bit of the mask words `$words`, ascending.
 macro_rules! for_each_bit {
@@ -47,11 +46,6 @@ macro_rules! for_each_bit {
 const LANE_BUDGET: i16 = 256;
 /// Units of rows per interleaved group of `MR` rows.
 const UNITS: usize = MR / 2;
-
-thread_local! {
-    /// A test's choice of [`hexadecets_pay_off`] for the AVX2 kernel on this thread.
-    static AVX2_HEXADECETS: Cell<Option<bool>> = const { Cell::new(None) };
-}
 
 /// Whether the kernel of `isa` takes hexadecets. The 512-bit kernel always does (32
 /// registers hold a pair of rows' hexadecets over a whole panel). The 256-bit one needs 17
@@ -79,15 +73,9 @@ thread_local! {
 /// (hexadecets are 14% faster than octets in registers there); bench/RESULTS.md, 2026-12-07.)
 pub(super) fn hexadecets_pay_off(isa: Isa) -> bool {
     match isa {
-        Isa::Avx2 => AVX2_HEXADECETS.with(Cell::get).unwrap_or_else(|| Switch::Int8Hexadecets.is_on()),
+        Isa::Avx2 => Switch::Int8Hexadecets.is_on(),
         _ => true,
     }
-}
-
-/// Runs `f` with the AVX2 kernel taking hexadecets or not on this thread (tests).
-#[cfg(test)]
-pub(super) fn with_avx2_hexadecets<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    crate::scoped::with_local(&AVX2_HEXADECETS, Some(on), f)
 }
 
 /// The kernels of a plan, by the k steps one takes: mask `Kind as usize` of a unit.
