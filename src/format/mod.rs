@@ -37,7 +37,7 @@ pub trait WeightSource {
     /// A variable as float32 (dequantized or widened as needed).
     fn tensor(&self, name: &str) -> Result<Tensor>;
     /// A weight's stored quantized values, `None` when it is stored as floats.
-    fn quantized(&self, name: &str) -> Result<Option<Quantized>>;
+    fn quantized(&self, name: &str) -> Result<Option<Quantized<'_>>>;
     /// A scalar attribute as a float.
     fn scalar(&self, name: &str) -> Result<Option<f64>>;
     /// Whether a scalar attribute is stored as a boolean flag (rather than a value).

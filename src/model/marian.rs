@@ -506,16 +506,20 @@ impl<'a> MarianWeights<'a> {
         }
     }
 
-    fn quantized_matrix(&self, items: &[String]) -> Result<Option<Quantized>> {
+    fn quantized_matrix(&self, items: &[String]) -> Result<Option<Quantized<'_>>> {
         if !items.iter().all(|i| self.file.get(i).is_some_and(|it| it.item_type == MarianType::Intgemm8)) {
             return Ok(None);
         }
-        let mut values = Vec::new();
+        // One item's values are borrowed from the file; fused ones are concatenated.
+        let mut values = std::borrow::Cow::Borrowed(&[][..]);
         let mut scales = Vec::new();
         let mut activation_scale: Option<f32> = None;
         for item in items {
             let (q, quant_mult) = self.file.intgemm8(item)?;
-            values.extend_from_slice(q);
+            match values.is_empty() {
+                true => values = std::borrow::Cow::Borrowed(q),
+                false => values.to_mut().extend_from_slice(q),
+            }
             scales.extend(std::iter::repeat_n(quant_mult, q.len() / self.in_dim(item)?.max(1)));
             if self.alphas {
                 let alpha = self.file.quant_mult_a(&alpha_name(item))?;
@@ -625,7 +629,7 @@ impl WeightSource for MarianWeights<'_> {
         };
         Ok(Tensor::from_vec(data, shape))
     }
-    fn quantized(&self, name: &str) -> Result<Option<Quantized>> {
+    fn quantized(&self, name: &str) -> Result<Option<Quantized<'_>>> {
         match self.resolve(name) {
             Some((_, Source::Matrix(items))) => self.quantized_matrix(items),
             Some(_) => Ok(None),

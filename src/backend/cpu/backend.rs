@@ -78,7 +78,7 @@ fn zeroed(out: &mut Vec<f32>, len: usize) {
 
 impl CpuBackend {
     /// A model's matrix packed for the kernels of its compute type.
-    fn pack_matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<PackedWeight> {
+    fn pack_matrix(&self, data: MatrixData<'_>, n: usize, k: usize, compute_type: ComputeType) -> Result<PackedWeight> {
         Ok(match (compute_type, data) {
             // Saved in the compute type: used as is, exactly as CTranslate2 does.
             (ComputeType::Int8, MatrixData::Quantized(Quantized::Int8 { values, scales, activation_scale, intgemm })) => {
@@ -111,7 +111,7 @@ impl Backend for CpuBackend {
         format!("cpu ({})", isa::current().name())
     }
 
-    fn matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<PackedWeight> {
+    fn matrix(&self, data: MatrixData<'_>, n: usize, k: usize, compute_type: ComputeType) -> Result<PackedWeight> {
         // A model's matrices, packed side by side in huge pages (see huge_pages).
         huge_pages::for_model_weights(|| self.pack_matrix(data, n, k, compute_type))
     }

@@ -322,7 +322,7 @@ impl Backend for CudaBackend {
 
     /// Every compute type multiplies in float32 on the GPU (see the module doc): quantized
     /// weights are dequantized here.
-    fn matrix(&self, data: MatrixData, n: usize, k: usize, compute_type: ComputeType) -> Result<DeviceMatrix> {
+    fn matrix(&self, data: MatrixData<'_>, n: usize, k: usize, compute_type: ComputeType) -> Result<DeviceMatrix> {
         let (tensor, dequantized);
         let floats: &[f32] = match data {
             MatrixData::Float(w) => {

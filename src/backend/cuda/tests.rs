@@ -140,7 +140,7 @@ fn dequantization_matches_the_cpu_read_back() {
     let scales = vec![10.0f32, 3.0, 127.0];
     let w = dequantize_i8(&values, &scales, n, k);
     let cpu = CpuBackend;
-    let quantized = MatrixData::Quantized(Quantized::Int8 { values, scales, activation_scale: None, intgemm: false });
+    let quantized = MatrixData::Quantized(Quantized::Int8 { values: values.into(), scales, activation_scale: None, intgemm: false });
     let packed = cpu.matrix(quantized, n, k, ComputeType::Int8).unwrap();
     let mut row = vec![0.0f32; k];
     for r in 0..n {

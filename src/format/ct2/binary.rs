@@ -6,6 +6,7 @@
 //! trailing NUL) followed by the bytes. The file is memory-mapped (or held in memory);
 //! variables are recorded as byte ranges and converted on demand, so nothing is copied
 //! that need not be.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -346,7 +347,7 @@ impl ModelBin {
     }
 
     /// The raw values and scales of an int8/int16 weight; `None` for other dtypes.
-    pub fn quantized(&self, name: &str) -> Result<Option<Quantized>> {
+    pub fn quantized(&self, name: &str) -> Result<Option<Quantized<'_>>> {
         let Some(v) = self.resolve(name) else {
             return Err(Error::invalid_model(format!("model.bin: missing variable {name:?}")));
         };
@@ -364,7 +365,7 @@ impl ModelBin {
                 )));
             }
             return Ok(Some(Quantized::Int8 {
-                values: b.iter().map(|&x| x as i8).collect(),
+                values: Cow::Borrowed(bytemuck::cast_slice(b)),
                 scales: scale.to_vec(),
                 activation_scale: None,
                 intgemm: false,
@@ -430,7 +431,7 @@ impl crate::format::WeightSource for ModelBin {
     fn tensor(&self, name: &str) -> Result<Tensor> {
         ModelBin::tensor(self, name)
     }
-    fn quantized(&self, name: &str) -> Result<Option<Quantized>> {
+    fn quantized(&self, name: &str) -> Result<Option<Quantized<'_>>> {
         ModelBin::quantized(self, name)
     }
     fn scalar(&self, name: &str) -> Result<Option<f64>> {

@@ -3,6 +3,8 @@
 
 pub const NO_VALUE: u32 = u32::MAX;
 const FREE: u32 = u32::MAX;
+/// How far below the highest slot taken a node's children are looked for a place.
+const SEARCH_WINDOW: usize = 1024;
 
 /// A sorted-edge trie, the intermediate form the double array is built from.
 struct Node {
@@ -75,6 +77,11 @@ impl PieceTrie {
         };
         t.check[0] = FREE - 1; // the root is taken
         let mut first_free = 1usize;
+        // The highest slot taken. Searches start at most SEARCH_WINDOW slots below it: the
+        // holes further back, which seldom fit a node's children, are given up (as
+        // darts-clone gives up old blocks). Scanning them from the first free slot every
+        // time had been two thirds of building zh-en's trie (18 of 28 ms).
+        let mut high = 0usize;
         let mut queue = std::collections::VecDeque::from([(0usize, 0usize)]);
         while let Some((tn, dn)) = queue.pop_front() {
             t.values[dn] = nodes[tn].value;
@@ -83,7 +90,7 @@ impl PieceTrie {
                 continue;
             }
             let ls = &labels[s..s + l];
-            first_free = t.find_free(first_free);
+            first_free = t.find_free(first_free.max(high.saturating_sub(SEARCH_WINDOW)));
             let mut pos = first_free;
             let base = loop {
                 if pos > ls[0] as usize {
@@ -96,6 +103,7 @@ impl PieceTrie {
                 pos = t.find_free(pos + 1);
             };
             t.base[dn] = base as u32;
+            high = high.max(base + *ls.last().expect("l > 0") as usize);
             for (k, &c) in ls.iter().enumerate() {
                 t.check[base + c as usize] = dn as u32;
                 queue.push_back((children[s + k] as usize, base + c as usize));

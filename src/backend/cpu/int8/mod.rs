@@ -26,7 +26,7 @@
 //! `plan`: the AVX2 / AVX-512BW plans; a file per kernel family (`vnni`, `avx2`,
 //! `avx512bw`, `amx`, `intgemm` for Marian's shifted product) and `x86` for what they share.
 use super::huge_pages::Buffer;
-use super::isa::{self, Isa};
+use super::isa::{self, dispatch_isa, Isa};
 use super::tuning::Switch;
 use super::{ops, OutPtr};
 use std::sync::Mutex;
@@ -68,6 +68,7 @@ fn weight(byte: u8) -> i8 {
 }
 
 /// Quantization scale of a row as CTranslate2 computes it.
+#[inline(always)]
 pub fn row_scale(v: &[f32]) -> f32 {
     scale_of_amax(v.iter().fold(0.0f32, |m, x| m.max(x.abs())))
 }
@@ -104,15 +105,27 @@ pub fn quantize_rows(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
     assert_eq!(w.len(), n * k);
     let mut q = vec![0i8; n * k];
     let mut scales = vec![1.0f32; n];
+    // Compiled per ISA, where rounding is an instruction (a call to rintf per weight in the
+    // baseline build).
+    let (q_out, scales_out) = (&mut q[..], &mut scales[..]);
+    quantize_rows_into(w, k, q_out, scales_out);
+    (q, scales)
+}
+
+fn quantize_rows_into(w: &[f32], k: usize, q: &mut [i8], scales: &mut [f32]) {
+    dispatch_isa!(quantize_rows_generic(w: &[f32], k: usize, q: &mut [i8], scales: &mut [f32]) -> ())
+}
+
+#[inline(always)]
+fn quantize_rows_generic(w: &[f32], k: usize, q: &mut [i8], scales: &mut [f32]) {
     if k > 0 {
-        for ((row, out), s) in w.chunks_exact(k).zip(q.chunks_exact_mut(k)).zip(&mut scales) {
+        for ((row, out), s) in w.chunks_exact(k).zip(q.chunks_exact_mut(k)).zip(scales.iter_mut()) {
             *s = row_scale(row);
             for (o, &v) in out.iter_mut().zip(row) {
                 *o = quantize_value(v, *s);
             }
         }
     }
-    (q, scales)
 }
 
 /// A weight matrix `[n, k]` quantized to int8 per row and packed for [`matmul_i8`].
@@ -137,6 +150,34 @@ pub struct PackedI8Matrix {
     intgemm: bool,
 }
 
+/// Packs rows of int8 weights (`q`, `k` each) into `panels` (`[kp/4][NR][4]` each, already
+/// filled with flipped zeros), clamping `-128` to `-127`, with each row's compensation.
+/// A row at a time: clamped, flipped and summed whole (this vectorizes), then its 4-byte
+/// groups stored a lane apart. Byte by byte into the panel, packing had taken half of the
+/// zh-en int8 model's load (2026-12-07).
+fn pack_rows(q: &[i8], k: usize, kp: usize, panels: &mut [u8], compensation: &mut [i32]) {
+    dispatch_isa!(pack_rows_generic(q: &[i8], k: usize, kp: usize, panels: &mut [u8], compensation: &mut [i32]) -> ())
+}
+
+#[inline(always)]
+fn pack_rows_generic(q: &[i8], k: usize, kp: usize, panels: &mut [u8], compensation: &mut [i32]) {
+    let mut row = vec![WEIGHT_FLIP; kp];
+    for (c, (src, comp)) in q.chunks_exact(k.max(1)).zip(compensation).enumerate() {
+        let mut sum = 0i32;
+        for (d, &v) in row.iter_mut().zip(src) {
+            let v = v.max(-127);
+            sum += v as i32;
+            *d = v as u8 ^ WEIGHT_FLIP;
+        }
+        *comp = SHIFT * sum;
+        let (p, at) = (c / NR, (c % NR) * 4);
+        let panel = &mut panels[p * kp * NR..(p + 1) * kp * NR];
+        for (group, four) in panel.chunks_exact_mut(NR * 4).zip(row.chunks_exact(4)) {
+            group[at..at + 4].copy_from_slice(four);
+        }
+    }
+}
+
 impl PackedI8Matrix {
     /// Quantizes and packs float weights.
     pub fn quantize(w: &[f32], n: usize, k: usize) -> PackedI8Matrix {
@@ -153,17 +194,7 @@ impl PackedI8Matrix {
         // Padding (k past the end, columns past n) holds zero weights.
         let mut data = Buffer::filled(panels * kp * NR, WEIGHT_FLIP);
         let mut compensation = vec![0i32; panels * NR];
-        for c in 0..n {
-            let (p, lane) = (c / NR, c % NR);
-            let panel = &mut data[p * kp * NR..(p + 1) * kp * NR];
-            let mut sum = 0i32;
-            for (kk, &v) in q[c * k..(c + 1) * k].iter().enumerate() {
-                let v = v.max(-127);
-                sum += v as i32;
-                panel[(kk / 4) * NR * 4 + lane * 4 + kk % 4] = v as u8 ^ WEIGHT_FLIP;
-            }
-            compensation[c] = SHIFT * sum;
-        }
+        pack_rows(q, k, kp, &mut data, &mut compensation);
         PackedI8Matrix { data, n, k, kp, scales, compensation, activation_scale: None, intgemm: false }
     }
 
@@ -1113,6 +1144,42 @@ mod tests {
             let mut y = vec![0.0f32; m * n];
             isa::with_isa(level, || matmul_i8(&x, &w, Some(&bias), &mut y, m, 1));
             assert!(y.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{level:?}");
+        }
+    }
+
+    /// Packing and weight quantization (compiled per ISA) give every level the same
+    /// bytes: halfway values, NaN, infinities, -128, any k and a last partial panel.
+    #[test]
+    fn packing_and_quantizing_are_the_same_on_every_isa() {
+        let mut seed = 3;
+        for (n, k) in [(1, 1), (33, 7), (70, 131), (64, 512), (5, 2050)] {
+            let q: Vec<i8> = (0..n * k).map(|i| if i % 11 == 0 { -128 } else { (lcg(&mut seed) * 127.0) as i8 }).collect();
+            let specials = [0.5, -2.5, f32::NAN, f32::INFINITY, -f32::INFINITY, 1e-40, 0.0];
+            let w: Vec<f32> = (0..n * k).map(|i| if i % 13 == 5 { specials[i % specials.len()] } else { lcg(&mut seed) * 4.0 }).collect();
+            let mut row = vec![0i8; k];
+            for isa in isa::available() {
+                let (packed, (wq, scales)) = isa::with_isa(isa, || (PackedI8Matrix::from_quantized(&q, vec![1.0; n], n, k), quantize_rows(&w, n, k)));
+                for c in 0..n {
+                    packed.quantized_row(c, &mut row);
+                    let want: Vec<i8> = q[c * k..(c + 1) * k].iter().map(|&v| v.max(-127)).collect();
+                    assert_eq!(row, want, "{isa:?} {n}x{k} row {c}");
+                    let sum: i32 = want.iter().map(|&v| v as i32).sum();
+                    assert_eq!(packed.compensation[c], SHIFT * sum, "{isa:?} {n}x{k} row {c}");
+                    let s = row_scale(&w[c * k..(c + 1) * k]);
+                    assert_eq!(scales[c].to_bits(), s.to_bits(), "{isa:?} {n}x{k} row {c}");
+                    let want: Vec<i8> = w[c * k..(c + 1) * k].iter().map(|&v| quantize_value(v, s)).collect();
+                    assert_eq!(&wq[c * k..(c + 1) * k], &want[..], "{isa:?} {n}x{k} row {c}");
+                }
+                // Padding: zero weights past k and past n.
+                assert!(packed.compensation[n..].iter().all(|&c| c == 0));
+                let last = (n - 1) / NR;
+                for (g, group) in packed.panel(last).chunks_exact(NR * 4).enumerate() {
+                    for (i, &byte) in group.iter().enumerate() {
+                        let (c, kk) = (last * NR + i / 4, g * 4 + i % 4);
+                        assert!(c < n && kk < k || weight(byte) == 0, "{isa:?} {n}x{k} pad of row {c} at {kk}");
+                    }
+                }
+            }
         }
     }
 
