@@ -1,6 +1,7 @@
 """The README's benchmark command runs: bench/bench.py on a few verses, both engines, two
 alternating rounds, writes a table whose rows carry each round's time and keep the best;
-and bench/paired.py, which times both engines in turns inside one process."""
+bench/paired.py, which times both engines in turns inside one process; bench/load_bench.py,
+which times their model loads."""
 import json
 import os
 import subprocess
@@ -67,6 +68,24 @@ def test_paired_bench_times_both_engines_chunk_by_chunk(tmp_path, tolk, ctransla
     assert doc["tolk_over_ct2"] == pytest.approx(rows["tolk"]["tokens_per_s"] / rows["ct2"]["tokens_per_s"])
     assert 0.0 <= doc["same_as_ct2"] <= 1.0
     assert f"Tolk/CT2 tokens/s: {doc['tolk_over_ct2']:.2f}x" in proc.stdout
+
+
+def test_load_bench_times_both_engines_first_and_reloaded(tmp_path, tolk, ctranslate2, zh_en_model):
+    """bench/load_bench.py: each engine's first load in fresh processes and its reloads, the
+    rows and ratios in the JSON consistent with the table."""
+    out = tmp_path / "load.json"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "load_bench.py"), "--compute-types", "int8", "--rounds", "2",
+           "--reloads", "1", "--models", os.path.dirname(zh_en_model), "--json", str(out)]
+    env = dict(os.environ, TOLK_LIB=tolk.library_path())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["engine"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"tolk", "ct2"}, rows
+    for r in rows.values():
+        assert r["compute_type"] == "int8" and r["first_ms"] > 0 and r["reload_ms"] > 0, r
+    tolk_row = rows["tolk"]
+    assert tolk_row["reload_over_ct2"] == pytest.approx(tolk_row["reload_ms"] / rows["ct2"]["reload_ms"])
+    assert f"| {tolk_row['first_over_ct2']:.2f}x | {tolk_row['reload_over_ct2']:.2f}x |" in proc.stdout
 
 
 def test_ab_alternates_a_switch_in_one_process(zh_en_model):
