@@ -461,15 +461,16 @@ mod tests {
     }
 
     /// Quantizing and packing (compiled per ISA) give every level the same values: halfway
-    /// values, NaN, infinities, any k and a last partial panel.
+    /// values (a largest magnitude of 1024 makes the scale 1), NaN, any k and a last
+    /// partial panel, padded with zeros.
     #[test]
     fn packing_and_quantizing_are_the_same_on_every_isa() {
         let mut seed = 9;
         for (n, k) in [(1, 1), (33, 7), (70, 131), (5, 2050)] {
-            let specials = [0.5, -2.5, f32::NAN, 1e-40, 0.0, 3.0];
-            let w: Vec<f32> = (0..n * k).map(|i| if i % 13 == 5 { specials[i % specials.len()] } else { lcg(&mut seed) * 3.0 }).collect();
-            let amax = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let scale = 1024.0 / amax;
+            let specials = [0.5, -2.5, f32::NAN, 1e-40, 0.0, 3.5];
+            let mut w: Vec<f32> = (0..n * k).map(|i| if i % 13 == 5 { specials[i % specials.len()] } else { lcg(&mut seed) * 300.0 }).collect();
+            w[0] = -1024.0;
+            let scale = 1.0f32;
             let mut row = vec![0.0f32; k];
             for isa in isa::available() {
                 let p = isa::with_isa(isa, || PackedI16Matrix::quantize(&w, n, k));
@@ -480,8 +481,13 @@ mod tests {
                     assert!(row.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} {n}x{k} row {c}");
                 }
                 // An odd k's pad and the lanes past n hold zeros.
-                let last = p.panel((n - 1) / NR);
-                assert!(k % 2 == 0 || last.chunks(NR * 2).last().unwrap().iter().skip(1).step_by(2).all(|&v| v == 0));
+                let last = (n - 1) / NR;
+                for (pair, group) in p.panel(last).chunks_exact(NR * 2).enumerate() {
+                    for (i, &v) in group.iter().enumerate() {
+                        let (c, kk) = (last * NR + i / 2, pair * 2 + i % 2);
+                        assert!(c < n && kk < k || v == 0, "{isa:?} {n}x{k} pad of row {c} at {kk}");
+                    }
+                }
             }
         }
     }

@@ -76,7 +76,9 @@ impl PieceTrie {
             skip: (1..=cap as u32).collect(),
         };
         t.check[0] = FREE - 1; // the root is taken
-        let mut first_free = 1usize;
+        // Where the last search found its first free slot: none is free before it (the
+        // window aside).
+        let mut search_from = 1usize;
         // The highest slot taken. Searches start at most SEARCH_WINDOW slots below it: the
         // holes further back, which seldom fit a node's children, are given up (as
         // darts-clone gives up old blocks). Scanning them from the first free slot every
@@ -90,8 +92,8 @@ impl PieceTrie {
                 continue;
             }
             let ls = &labels[s..s + l];
-            first_free = t.find_free(first_free.max(high.saturating_sub(SEARCH_WINDOW)));
-            let mut pos = first_free;
+            search_from = t.find_free(search_from.max(high.saturating_sub(SEARCH_WINDOW)));
+            let mut pos = search_from;
             let base = loop {
                 if pos > ls[0] as usize {
                     let b = pos - ls[0] as usize;
@@ -219,5 +221,43 @@ impl PieceTrie {
             return None;
         }
         self.value(node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Enough keys that the placement's search window matters (the array grows far past
+    /// SEARCH_WINDOW): every key is found with its value, and no other string is, also
+    /// keys sharing long prefixes and bytes of every value.
+    #[test]
+    fn every_key_and_only_the_keys_are_found() {
+        let mut seed = 12345u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as u32
+        };
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for _ in 0..50_000 {
+            let len = 1 + next() as usize % 12;
+            // Narrow bytes at first (many shared prefixes), any byte later.
+            keys.push((0..len).map(|i| if i < 3 { b'a' + (next() % 6) as u8 } else { next() as u8 }).collect());
+        }
+        let trie = PieceTrie::new(keys.iter().enumerate().map(|(i, k)| (&k[..], i as u32)).collect());
+        let mut first: std::collections::HashMap<&[u8], u32> = std::collections::HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            first.entry(&k[..]).or_insert(i as u32);
+        }
+        for (k, &v) in &first {
+            assert_eq!(trie.get(k), Some(v), "{k:?}");
+            assert_eq!(trie.longest_prefix(k).map(|(n, _)| n), Some(k.len()), "{k:?}");
+        }
+        for _ in 0..20_000 {
+            let len = 1 + next() as usize % 12;
+            let k: Vec<u8> = (0..len).map(|i| if i < 3 { b'a' + (next() % 6) as u8 } else { next() as u8 }).collect();
+            assert_eq!(trie.get(&k), first.get(&k[..]).copied(), "{k:?}");
+        }
+        assert!(trie.check.len() > 4 * SEARCH_WINDOW);
     }
 }

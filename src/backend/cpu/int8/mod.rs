@@ -1154,8 +1154,17 @@ mod tests {
         let mut seed = 3;
         for (n, k) in [(1, 1), (33, 7), (70, 131), (64, 512), (5, 2050)] {
             let q: Vec<i8> = (0..n * k).map(|i| if i % 11 == 0 { -128 } else { (lcg(&mut seed) * 127.0) as i8 }).collect();
-            let specials = [0.5, -2.5, f32::NAN, f32::INFINITY, -f32::INFINITY, 1e-40, 0.0];
-            let w: Vec<f32> = (0..n * k).map(|i| if i % 13 == 5 { specials[i % specials.len()] } else { lcg(&mut seed) * 4.0 }).collect();
+            // Every third row has 127 as its largest magnitude (scale 1: halves land half-way),
+            // the next holds NaN and infinities, the next random values.
+            let specials = [f32::NAN, f32::INFINITY, -f32::INFINITY, 1e-40, 0.0];
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| match (i / k.max(1)) % 3 {
+                    0 if i % k == 0 => 127.0,
+                    0 => (i % 9) as f32 * 0.5 - 2.0,
+                    1 if i % 13 == 5 => specials[i % specials.len()],
+                    _ => lcg(&mut seed) * 4.0,
+                })
+                .collect();
             let mut row = vec![0i8; k];
             for isa in isa::available() {
                 let (packed, (wq, scales)) = isa::with_isa(isa, || (PackedI8Matrix::from_quantized(&q, vec![1.0; n], n, k), quantize_rows(&w, n, k)));
