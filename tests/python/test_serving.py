@@ -118,6 +118,9 @@ def test_freed_models_hand_their_memory_back():
     assert proc.returncode == 0, proc.stderr[-2000:]
     rss = json.loads(proc.stdout)
     base = rss["base"]
-    # Two loaded models hold ~250 MB; freed, at most a little stays with the allocator.
-    assert min(rss["loaded"]) > base + 150, rss
-    assert max(rss["after"]) < base + 100, "RSS after free %s MB, baseline %.0f MB" % (rss["after"], base)
+    # Two loaded models hold ~140 MB (the zh-en int8 weights alone are 78 MB; 250 MB before
+    # the int8 values were borrowed from the mapped file instead of copied at load);
+    # freed, at most a little stays with the allocator.
+    held = min(rss["loaded"]) - base
+    assert held > 100, rss
+    assert max(rss["after"]) - base < 0.4 * held, "RSS after free %s MB, baseline %.0f MB" % (rss["after"], base)
