@@ -6,6 +6,7 @@
 //! matrices as `[out, in]`, Q/K/V fused, attributes from `special:model.yml`. The built
 //! model is a [`TransformerModel`] plus what Marian packages add: a lexical shortlist
 //! and decoding settings.
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::backend::{Backend, ComputeType, Ctx, FloatOrder, KvCacheType, SavedPrecision};
@@ -511,13 +512,13 @@ impl<'a> MarianWeights<'a> {
             return Ok(None);
         }
         // One item's values are borrowed from the file; fused ones are concatenated.
-        let mut values = std::borrow::Cow::Borrowed(&[][..]);
+        let mut values = Cow::Borrowed(&[][..]);
         let mut scales = Vec::new();
         let mut activation_scale: Option<f32> = None;
         for item in items {
             let (q, quant_mult) = self.file.intgemm8(item)?;
             match values.is_empty() {
-                true => values = std::borrow::Cow::Borrowed(q),
+                true => values = Cow::Borrowed(q),
                 false => values.to_mut().extend_from_slice(q),
             }
             scales.extend(std::iter::repeat_n(quant_mult, q.len() / self.in_dim(item)?.max(1)));

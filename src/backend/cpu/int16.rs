@@ -81,7 +81,7 @@ impl PackedI16Matrix {
         let panel_len = pairs * NR * 2;
         let mut data = Buffer::filled(n.div_ceil(NR) * panel_len, 0i16);
         // A row's pairs stored a lane apart (an odd k's last pair padded with the zero).
-        for (c, row) in q.chunks_exact(k.max(1)).enumerate().take(n) {
+        for (c, row) in q.chunks_exact(k.max(1)).enumerate() {
             let (p, at) = (c / NR, (c % NR) * 2);
             let panel = &mut data[p * panel_len..(p + 1) * panel_len];
             for (group, two) in panel.chunks_exact_mut(NR * 2).zip(row.chunks(2)) {

@@ -72,7 +72,7 @@ fn pack_panels(w: &[f32], n: usize, k: usize, panels: &mut [f32]) {
 #[inline(always)]
 fn pack_panels_generic(w: &[f32], n: usize, k: usize, panels: &mut [f32]) {
     const STEP: usize = 16;
-    for (p, panel) in panels.chunks_exact_mut((k * NR).max(1)).enumerate().take(n.div_ceil(NR)) {
+    for (p, panel) in panels.chunks_exact_mut((k * NR).max(1)).enumerate() {
         let rows = &w[p * NR * k..(p * NR + NR.min(n - p * NR)) * k];
         for k0 in (0..k).step_by(STEP) {
             let width = STEP.min(k - k0);

@@ -233,17 +233,17 @@ mod tests {
     /// keys sharing long prefixes and bytes of every value.
     #[test]
     fn every_key_and_only_the_keys_are_found() {
-        let mut seed = 12345u64;
-        let mut next = || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (seed >> 33) as u32
-        };
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        for _ in 0..50_000 {
+        // 1 to 12 bytes: narrow ones at first (many shared prefixes), any byte later.
+        fn random_key(seed: &mut u64) -> Vec<u8> {
+            let mut next = || {
+                *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (*seed >> 33) as u32
+            };
             let len = 1 + next() as usize % 12;
-            // Narrow bytes at first (many shared prefixes), any byte later.
-            keys.push((0..len).map(|i| if i < 3 { b'a' + (next() % 6) as u8 } else { next() as u8 }).collect());
+            (0..len).map(|i| if i < 3 { b'a' + (next() % 6) as u8 } else { next() as u8 }).collect()
         }
+        let mut seed = 12345u64;
+        let keys: Vec<Vec<u8>> = (0..50_000).map(|_| random_key(&mut seed)).collect();
         let trie = PieceTrie::new(keys.iter().enumerate().map(|(i, k)| (&k[..], i as u32)).collect());
         let mut first: std::collections::HashMap<&[u8], u32> = std::collections::HashMap::new();
         for (i, k) in keys.iter().enumerate() {
@@ -254,8 +254,7 @@ mod tests {
             assert_eq!(trie.longest_prefix(k).map(|(n, _)| n), Some(k.len()), "{k:?}");
         }
         for _ in 0..20_000 {
-            let len = 1 + next() as usize % 12;
-            let k: Vec<u8> = (0..len).map(|i| if i < 3 { b'a' + (next() % 6) as u8 } else { next() as u8 }).collect();
+            let k = random_key(&mut seed);
             assert_eq!(trie.get(&k), first.get(&k[..]).copied(), "{k:?}");
         }
         assert!(trie.check.len() > 4 * SEARCH_WINDOW);

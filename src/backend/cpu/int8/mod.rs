@@ -107,8 +107,7 @@ pub fn quantize_rows(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
     let mut scales = vec![1.0f32; n];
     // Compiled per ISA, where rounding is an instruction (a call to rintf per weight in the
     // baseline build).
-    let (q_out, scales_out) = (&mut q[..], &mut scales[..]);
-    quantize_rows_into(w, k, q_out, scales_out);
+    quantize_rows_into(w, k, &mut q, &mut scales);
     (q, scales)
 }
 
