@@ -341,8 +341,9 @@ struct TileOut<'a> {
 
 impl TileOut<'_> {
     /// `y = (acc - compensation) * (1 / scale_x) / scale_w + bias` for row `r` of the tile,
-    /// in CTranslate2's order of operations. Inlined into each kernel, so it is vectorized
-    /// for that kernel's ISA.
+    /// in CTranslate2's order of operations: the reference, and the epilogue of the scalar
+    /// and AMX kernels. The AVX2 and AVX-512 kernels run the same arithmetic on their
+    /// accumulators in registers (`x86::store256`, `x86::store512`).
     #[inline(always)]
     fn store(&self, r: usize, acc: &[i32; NR]) {
         let e = self.e;
