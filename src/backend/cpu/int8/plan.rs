@@ -145,6 +145,8 @@ pub(super) struct GroupPlan<'a> {
 
 impl GroupPlan<'_> {
     /// Unit `u`'s steps of each kind as ascending indices (hexadecets, octets, quads, exact).
+    /// Inlined into the kernels' units (left a call, it was 0.7% of int8 beam 4 at AVX2).
+    #[inline(always)]
     pub(super) fn step_lists(&self, u: usize) -> [&[u16]; 4] {
         let (counts, mut rest) = (self.counts[u], &self.lists[u * self.slots..(u + 1) * self.slots]);
         counts.map(|c| {
