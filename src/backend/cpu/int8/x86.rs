@@ -167,8 +167,11 @@ pub(super) unsafe fn signed256(w: *const u8) -> __m256i {
 }
 
 /// Row `r`'s 32 accumulators (two zmm, column order) through the tile's epilogue, in
-/// registers: `TileOut::store`'s arithmetic lane for lane (see `store256`). Callers: the
-/// AVX-512 kernels only.
+/// registers: `TileOut::store`'s arithmetic lane for lane (see `store256`).
+///
+/// # Safety
+/// Only for the AVX-512 kernels (the CPU runs AVX-512F), with `t` and `r` as for
+/// `TileOut::store`: row `r` of the tile exists in the output.
 #[inline(always)]
 pub(super) unsafe fn store512(t: &TileOut, r: usize, s: [__m512i; 2]) {
     let e = t.e;
@@ -206,9 +209,13 @@ pub(super) unsafe fn store512(t: &TileOut, r: usize, s: [__m512i; 2]) {
 /// the accumulators went to the stack and back three times, each trip a store-to-load
 /// forward on the unit's critical path: about 100 cycles a unit of two rows outside its k
 /// loop, a tenth of the unit at k = 512 (Zen 4 held to AVX2, 2026-12-07: a tile of 8 rows
-/// over one panel in L1, 107 ns fixed per tile against 4 x 3.7 ns per 8 k). Without a
-/// target feature of its own, so that it inlines into its callers, the 256-bit kernels
-/// (compiled with AVX2), which alone may call it.
+/// over one panel in L1, 107 ns fixed per tile against 4 x 3.7 ns per 8 k). It has no
+/// target feature of its own, so that it inlines into its callers (with one, LLVM left it
+/// a call that passed the accumulators through memory again).
+///
+/// # Safety
+/// Only for the 256-bit kernels (the CPU runs AVX2), with `t` and `r` as for
+/// `TileOut::store`: row `r` of the tile exists in the output.
 #[inline(always)]
 pub(super) unsafe fn store256(t: &TileOut, r: usize, s: [__m256i; 4]) {
     let e = t.e;
