@@ -264,19 +264,15 @@ fn tile_scalar(t: &Tile, acc: &mut [[i32; NR]; MR]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{Epilogue, Tile, MR, NR};
+    use crate::backend::cpu::row_store;
     use std::arch::x86_64::*;
 
-    /// Fetches the panel row `PREFETCH` pairs ahead into L1: without it, a row group that
+    /// Fetches the first `lines` cache lines of the panel row `PREFETCH` pairs ahead into L1
+    /// (2: the whole row; 1: the half a 256-bit tile reads): without it, a row group that
     /// uses each panel once waits on L2 (a wrapping address: prefetching past the end is
     /// harmless).
     #[inline(always)]
-    unsafe fn prefetch(w: *const i16, p: usize) {
-        prefetch_lines(w, p, 2)
-    }
-
-    /// `prefetch` of the pair's first `lines` cache lines (a tile over part of it).
-    #[inline(always)]
-    unsafe fn prefetch_lines(w: *const i16, p: usize, lines: usize) {
+    unsafe fn prefetch(w: *const i16, p: usize, lines: usize) {
         const PREFETCH: usize = 16;
         let ahead = w.wrapping_add((p + PREFETCH) * NR * 2) as *const i8;
         for line in 0..lines {
@@ -320,7 +316,7 @@ mod x86 {
         let mut s1 = [_mm512_setzero_si512(); R];
         for p in 0..t.pairs {
             // Weights are streamed once per row group: fetch ahead of use.
-            prefetch(w, p);
+            prefetch(w, p, 2);
             let w0 = _mm512_loadu_si512(w.add(p * NR * 2) as *const _);
             let w1 = _mm512_loadu_si512(w.add(p * NR * 2 + 32) as *const _);
             for r in 0..R {
@@ -386,7 +382,7 @@ mod x86 {
         let (a, w) = (t.a.as_ptr(), t.panel.as_ptr().add(2 * c0));
         let mut s = [[_mm256_setzero_si256(); C]; R];
         for p in 0..t.pairs {
-            prefetch_lines(w, p, C / 2);
+            prefetch(w, p, C / 2);
             let wp = w.add(p * NR * 2);
             let wv: [__m256i; C] = std::array::from_fn(|j| _mm256_loadu_si256(wp.add(16 * j) as *const _));
             for (r, sr) in s.iter_mut().enumerate() {
@@ -419,46 +415,28 @@ mod x86 {
                 *v = _mm512_add_ps(*v, _mm512_loadu_ps(b.as_ptr().add(16 * j)));
             }
         }
-        if e.cols == NR {
-            for (j, v) in out.into_iter().enumerate() {
-                _mm512_storeu_ps(y.add(16 * j), v);
-            }
-        } else {
-            let row = std::mem::transmute::<[__m512; 2], [f32; NR]>(out);
-            std::ptr::copy_nonoverlapping(row.as_ptr(), y, e.cols);
-        }
+        row_store::store512(y, out, e.cols);
     }
 
-    /// A row's accumulators for columns `c0..` (one ymm per 8) through the epilogue in
-    /// registers: `store_rows`' operations in its order (a multiply, then the bias's add:
-    /// none fused), so the same bits. Through `store_rows`' array the accumulators went to
-    /// the stack and back (store-to-load forwards on each tile's way out). Like the int8
-    /// epilogue (`int8::x86::store256`) it has no target feature of its own so that it
-    /// inlines.
+    /// A row's accumulators for columns `c0..c0 + 8 * C` through the epilogue in registers:
+    /// `store_rows`' operations in its order (a multiply, then the bias's add: none fused),
+    /// so the same bits. Through `store_rows`' array the accumulators went to the stack and
+    /// back (store-to-load forwards on each tile's way out). Like the int8 epilogue
+    /// (`int8::x86::store256`) it has no target feature of its own so that it inlines.
     ///
     /// # Safety
     /// Only for the 256-bit kernels (the CPU runs AVX2); `y` is the row's output, with room
-    /// for `e.cols` floats.
+    /// for `e.cols` floats, and `c0 < e.cols`.
     #[inline(always)]
-    unsafe fn store256(e: &Epilogue, c0: usize, s: &[__m256i], y: *mut f32) {
+    unsafe fn store256<const C: usize>(e: &Epilogue, c0: usize, s: &[__m256i; C], y: *mut f32) {
         let inv_scale = _mm256_set1_ps(e.inv_scale);
-        let mut out = [_mm256_setzero_ps(); 4];
-        for (j, (o, &v)) in out.iter_mut().zip(s).enumerate() {
-            *o = _mm256_mul_ps(_mm256_cvtepi32_ps(v), inv_scale);
-            if let Some(b) = &e.bias {
-                *o = _mm256_add_ps(*o, _mm256_loadu_ps(b.as_ptr().add(c0 + 8 * j)));
+        let mut out = s.map(|v| _mm256_mul_ps(_mm256_cvtepi32_ps(v), inv_scale));
+        if let Some(b) = &e.bias {
+            for (j, v) in out.iter_mut().enumerate() {
+                *v = _mm256_add_ps(*v, _mm256_loadu_ps(b.as_ptr().add(c0 + 8 * j)));
             }
         }
-        let (y, width) = (y.add(c0), 8 * s.len());
-        if e.cols >= c0 + width {
-            for (j, &v) in out[..s.len()].iter().enumerate() {
-                _mm256_storeu_ps(y.add(8 * j), v);
-            }
-        } else {
-            // The last panel of a width that is not a multiple of NR.
-            let row = std::mem::transmute::<[__m256; 4], [f32; NR]>(out);
-            std::ptr::copy_nonoverlapping(row.as_ptr(), y, e.cols - c0);
-        }
+        row_store::store256(y.add(c0), out, e.cols - c0);
     }
 }
 

@@ -4,7 +4,8 @@
 //! row-wise operations of a Transformer (`ops`), multi-head attention (`attention`), the
 //! decoder's paged self-attention cache (`kv_cache`), its cross-attention keys and values per
 //! example (`memory_kv`), the compact forms attention keys and values can be kept in
-//! (`kv_storage`), and the huge pages the packed weights are allocated in (`huge_pages`).
+//! (`kv_storage`), the huge pages the packed weights are allocated in (`huge_pages`), and
+//! the quantized kernels' stores of their output rows (`row_store`).
 // Off x86-64 only the portable kernels are built: the SIMD kernels' plumbing (prefetch
 // shares, ISA matches, unsafe dispatch) is left unused there.
 #![cfg_attr(not(target_arch = "x86_64"), allow(unused_imports, unused_unsafe, dead_code))]
@@ -19,6 +20,7 @@ pub mod kv_storage;
 pub mod memory_kv;
 pub mod ops;
 pub mod packed;
+mod row_store;
 pub mod team;
 pub mod tuning;
 pub mod weight;

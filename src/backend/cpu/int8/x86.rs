@@ -191,16 +191,7 @@ pub(super) unsafe fn store512(t: &TileOut, r: usize, s: [__m512i; 2]) {
     if e.relu {
         out = out.map(|v| _mm512_max_ps(v, _mm512_setzero_ps()));
     }
-    let y = t.y.add(r * t.ldy);
-    if e.cols == NR {
-        for (j, v) in out.into_iter().enumerate() {
-            _mm512_storeu_ps(y.add(16 * j), v);
-        }
-    } else {
-        // The last panel of a width that is not a multiple of NR.
-        let row = std::mem::transmute::<[__m512; 2], [f32; NR]>(out);
-        std::ptr::copy_nonoverlapping(row.as_ptr(), y, e.cols);
-    }
+    crate::backend::cpu::row_store::store512(t.y.add(r * t.ldy), out, e.cols);
 }
 
 /// Row `r`'s 32 accumulators (four ymm, column order) through the tile's epilogue, in
@@ -236,16 +227,7 @@ pub(super) unsafe fn store256(t: &TileOut, r: usize, s: [__m256i; 4]) {
         // `f32::max(v, 0.0)` as it compiles: 0 for a NaN (and for -0).
         out = out.map(|v| _mm256_max_ps(v, _mm256_setzero_ps()));
     }
-    let y = t.y.add(r * t.ldy);
-    if e.cols == NR {
-        for (j, v) in out.into_iter().enumerate() {
-            _mm256_storeu_ps(y.add(8 * j), v);
-        }
-    } else {
-        // The last panel of a width that is not a multiple of NR.
-        let row = std::mem::transmute::<[__m256; 4], [f32; NR]>(out);
-        std::ptr::copy_nonoverlapping(row.as_ptr(), y, e.cols);
-    }
+    crate::backend::cpu::row_store::store256(t.y.add(r * t.ldy), out, e.cols);
 }
 
 /// The 4 activation bytes of row `r` in k-group `g`, broadcast as one 32-bit value.
